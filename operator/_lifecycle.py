@@ -1,0 +1,232 @@
+"""The gang state machine: from what a gang's pods are doing to the one thing to do about it.
+
+Pure: the supervisor feeds it a job, the pods observed for it and the time, and carries out the
+decision (delete, release, patch status). Keeping the rules here makes "the gang stays whole" one
+readable function with tests, instead of logic spread across event handlers.
+
+Rules, in the order they are checked:
+
+1. ``suspend`` on a job that holds anything: release everything (Suspended).
+2. A finished job past ``ttlSecondsAfterFinished``: delete it.
+3. Any pod of the current attempt Failed (or gone after the gang ran): restart the whole gang, or
+   fail the job once ``restartLimit`` restarts are spent.
+4. Every replica Succeeded: the job Succeeded.
+5. Not every pod bound within ``gangTimeoutSeconds`` of creation: delete the gang and requeue it
+   with the nodes that did not bind excluded.
+6. Otherwise report progress (ready replicas, Running once all run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kubegang.operator._conditions import FINISHED_PHASES, Phase, parse_rfc3339
+from kubegang.operator._gang_objects import ANNOTATION_NODE, LABEL_ATTEMPT, LABEL_REPLICA_INDEX
+from kubegang.operator._job import JobView
+
+
+@dataclasses.dataclass(frozen=True)
+class PodState:
+    """What the supervisor needs to know about one pod of a gang."""
+
+    name: str
+    """Pod name."""
+    index: int
+    """Replica index (label kubegang.io/replica-index)."""
+    attempt: int
+    """Gang attempt the pod belongs to (label kubegang.io/attempt)."""
+    phase: str
+    """status.phase: Pending, Running, Succeeded, Failed or Unknown."""
+    planned_node: str | None
+    """The kubegang.io/node annotation."""
+    bound_node: str | None
+    """spec.nodeName once kube-scheduler bound it."""
+    ready: bool
+    """Ready condition is True."""
+    exit_code: int | None = None
+    """First non-zero container exit code of a Failed pod."""
+    failure_reason: str | None = None
+    """status.reason or the container's terminated reason (OOMKilled, Evicted, ...)."""
+    deleting: bool = False
+    """metadata.deletionTimestamp is set."""
+
+
+def pod_state(body: Mapping[str, Any]) -> PodState:
+    """The PodState of a pod object (as the watch delivers it)."""
+    meta = body.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    exit_code: int | None = None
+    failure_reason = status.get("reason")
+    for cs in status.get("containerStatuses") or []:
+        terminated = (cs.get("state") or {}).get("terminated") or {}
+        code = terminated.get("exitCode")
+        if isinstance(code, int) and code != 0 and exit_code is None:
+            exit_code = code
+            failure_reason = failure_reason or terminated.get("reason")
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return PodState(
+        name=str(meta.get("name", "")),
+        index=_int_or(labels.get(LABEL_REPLICA_INDEX), -1),
+        attempt=_int_or(labels.get(LABEL_ATTEMPT), 0),
+        phase=str(status.get("phase") or "Pending"),
+        planned_node=(meta.get("annotations") or {}).get(ANNOTATION_NODE),
+        bound_node=spec.get("nodeName"),
+        ready=ready,
+        exit_code=exit_code,
+        failure_reason=failure_reason,
+        deleting=meta.get("deletionTimestamp") is not None,
+    )
+
+
+def _int_or(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+class Action(enum.StrEnum):
+    """What the supervisor does for a gang."""
+
+    NONE = "None"
+    PROGRESS = "Progress"
+    SUCCEED = "Succeed"
+    RESTART = "Restart"
+    FAIL = "Fail"
+    TIMEOUT = "Timeout"
+    SUSPEND = "Suspend"
+    EXPIRE = "Expire"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The state machine's answer for one gang."""
+
+    action: Action
+    """What to do."""
+    reason: str = ""
+    """Condition reason (CamelCase)."""
+    message: str = ""
+    """Condition message for humans."""
+    ready: int = 0
+    """Ready replicas of the current attempt (status.readyReplicas)."""
+    running: bool = False
+    """Every replica is Running."""
+    excluded_nodes: frozenset[str] = frozenset()
+    """Nodes to exclude when the gang is placed again (timeouts)."""
+    stale_pods: tuple[str, ...] = ()
+    """Pods of earlier attempts still present (deleted before a re-admission)."""
+    recheck_after: float | None = None
+    """Seconds until this gang needs another look even if nothing changes (timeouts, TTL)."""
+
+
+def _timestamp(status: Mapping[str, Any], *path: str) -> dt.datetime | None:
+    node: Any = status
+    for key in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return parse_rfc3339(node) if isinstance(node, str) else None
+
+
+def _describe_failure(pod: PodState) -> str:
+    detail = f"exit code {pod.exit_code}" if pod.exit_code is not None else (pod.failure_reason or "failed")
+    if pod.exit_code is not None and pod.failure_reason and pod.failure_reason != "Error":
+        detail += f", {pod.failure_reason}"
+    return f"worker {pod.index} failed ({detail})"
+
+
+def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision:
+    """The one thing to do for ``job`` given its ``pods`` at ``now`` (see the module docstring)."""
+    phase = job.phase
+    current = {p.index: p for p in pods if p.attempt == job.restarts and not p.deleting}
+    stale = tuple(sorted(p.name for p in pods if p.attempt != job.restarts and not p.deleting))
+    holds = phase in (Phase.ADMITTED, Phase.RUNNING)
+
+    if job.suspend and (holds or phase in (Phase.QUEUED, Phase.PENDING, Phase.UNSCHEDULABLE)):
+        return Decision(
+            Action.SUSPEND,
+            "Suspended",
+            "spec.suspend is true: the gang's pods, reservation and quota are released",
+            stale_pods=stale,
+        )
+
+    if phase in FINISHED_PHASES:
+        finished = _timestamp(job.status, "completionTime")
+        if job.ttl_seconds_after_finished is not None and finished is not None:
+            left = (finished - now).total_seconds() + job.ttl_seconds_after_finished
+            if left <= 0:
+                return Decision(
+                    Action.EXPIRE,
+                    "TTLExpired",
+                    f"ttlSecondsAfterFinished ({job.ttl_seconds_after_finished}s) elapsed",
+                )
+            return Decision(Action.NONE, recheck_after=left)
+        return Decision(Action.NONE)
+
+    if not holds:
+        return Decision(Action.NONE, stale_pods=stale)
+
+    created = _timestamp(job.status, "admission", "podsCreatedAt")
+    ready = sum(1 for p in current.values() if p.ready)
+    all_running = len(current) == job.replicas and all(p.phase == "Running" for p in current.values())
+
+    failed = sorted((p for p in current.values() if p.phase == "Failed"), key=lambda p: p.index)
+    missing = [i for i in range(job.replicas) if i not in current]
+    if not failed and missing and phase is Phase.RUNNING:
+        # A pod that vanished after the gang ran (deleted, node lost) breaks the gang like a failure.
+        failed_msg = f"worker {missing[0]} disappeared (pod deleted or node lost)"
+    elif failed:
+        failed_msg = _describe_failure(failed[0])
+    else:
+        failed_msg = ""
+    if failed_msg:
+        if job.restarts >= job.restart_limit:
+            return Decision(
+                Action.FAIL,
+                "RestartLimitReached",
+                f"restartLimit {job.restart_limit} reached: {failed_msg}",
+                ready=ready,
+                stale_pods=stale,
+            )
+        return Decision(
+            Action.RESTART,
+            "GangRestarting",
+            f"{failed_msg}; restarting the whole gang ({job.restarts + 1} of {job.restart_limit})",
+            ready=ready,
+            stale_pods=stale,
+        )
+
+    if len(current) == job.replicas and all(p.phase == "Succeeded" for p in current.values()):
+        return Decision(
+            Action.SUCCEED, "AllReplicasSucceeded", f"all {job.replicas} replicas succeeded", ready=ready
+        )
+
+    unbound = [p for p in current.values() if not p.bound_node]
+    if created is not None and (unbound or missing):
+        left = (created - now).total_seconds() + job.gang_timeout_seconds
+        if left <= 0:
+            nodes = frozenset(p.planned_node for p in unbound if p.planned_node)
+            names = ", ".join(sorted(nodes)) or "none"
+            return Decision(
+                Action.TIMEOUT,
+                "GangTimeout",
+                f"{len(unbound) + len(missing)} of {job.replicas} pods not bound within gangTimeoutSeconds "
+                f"({job.gang_timeout_seconds}s); requeued with nodes excluded: {names}",
+                ready=ready,
+                excluded_nodes=nodes,
+                stale_pods=stale,
+            )
+        return Decision(
+            Action.PROGRESS, ready=ready, running=all_running, stale_pods=stale, recheck_after=left
+        )
+
+    return Decision(Action.PROGRESS, ready=ready, running=all_running, stale_pods=stale)

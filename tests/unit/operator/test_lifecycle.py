@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from kubegang.operator._job import job_view
+from kubegang.operator._lifecycle import Action, PodState, decide, pod_state
+
+T0 = dt.datetime(2025, 1, 1, 0, 0, 0, tzinfo=dt.UTC)
+
+
+def admitted(job_body: Any, phase: str = "Admitted", restarts: int = 0, **spec: Any) -> Any:
+    status = {"phase": phase, "restarts": restarts, "admission": {"podsCreatedAt": "2025-01-01T00:00:00Z"}}
+    return job_view(job_body(replicas=3, status=status, **spec))
+
+
+def pod(i: int, phase: str = "Running", *, bound: bool = True, attempt: int = 0, **kw: Any) -> PodState:
+    return PodState(
+        name=f"train-{i}",
+        index=i,
+        attempt=attempt,
+        phase=phase,
+        planned_node=f"node-{i}",
+        bound_node=f"node-{i}" if bound else None,
+        ready=phase == "Running",
+        **kw,
+    )
+
+
+def test_all_running_is_progress(job_body: Any) -> None:
+    d = decide(admitted(job_body), [pod(0), pod(1), pod(2)], T0)
+    assert d.action is Action.PROGRESS and d.running and d.ready == 3
+
+
+def test_failure_restarts_whole_gang_until_limit(job_body: Any) -> None:
+    pods = [pod(0, attempt=1), pod(1, attempt=1), pod(2, "Failed", attempt=1, exit_code=1)]
+    d = decide(admitted(job_body, "Running", restarts=1, restartLimit=3), pods, T0)
+    assert d.action is Action.RESTART
+    assert "worker 2 failed (exit code 1)" in d.message
+    d = decide(
+        admitted(job_body, "Running", restarts=3, restartLimit=3),
+        [*pods[:2], pod(2, "Failed", attempt=3, exit_code=1)],
+        T0,
+    )
+    assert d.action is Action.FAIL
+    assert d.message == "restartLimit 3 reached: worker 2 failed (exit code 1)"
+
+
+def test_pods_of_an_earlier_attempt_are_ignored_and_reported_stale(job_body: Any) -> None:
+    job = admitted(job_body, "Running", restarts=1)
+    pods = [pod(0, "Failed", attempt=0, exit_code=2), *(pod(i, attempt=1) for i in range(3))]
+    d = decide(job, pods, T0)
+    assert d.action is Action.PROGRESS
+    assert d.stale_pods == ("train-0",)
+
+
+def test_vanished_pod_of_running_gang_counts_as_failure(job_body: Any) -> None:
+    d = decide(admitted(job_body, "Running"), [pod(0), pod(1)], T0)
+    assert d.action is Action.RESTART and "worker 2 disappeared" in d.message
+
+
+def test_unbound_gang_times_out_and_excludes_failing_nodes(job_body: Any) -> None:
+    job = admitted(job_body, gangTimeoutSeconds=60)
+    pods = [pod(0), pod(1, "Pending", bound=False), pod(2, "Pending", bound=False)]
+    early = decide(job, pods, T0 + dt.timedelta(seconds=30))
+    assert early.action is Action.PROGRESS and early.recheck_after == 30
+    late = decide(job, pods, T0 + dt.timedelta(seconds=61))
+    assert late.action is Action.TIMEOUT
+    assert late.excluded_nodes == {"node-1", "node-2"}
+
+
+def test_all_succeeded(job_body: Any) -> None:
+    d = decide(admitted(job_body, "Running"), [pod(i, "Succeeded") for i in range(3)], T0)
+    assert d.action is Action.SUCCEED
+
+
+def test_suspend_releases_admitted_and_queued_jobs(job_body: Any) -> None:
+    assert decide(admitted(job_body, suspend=True), [pod(0)], T0).action is Action.SUSPEND
+    queued = job_view(job_body(suspend=True, status={"phase": "Queued"}))
+    assert decide(queued, [], T0).action is Action.SUSPEND
+    done = job_view(job_body(suspend=True, status={"phase": "Succeeded"}))
+    assert decide(done, [], T0).action is Action.NONE
+
+
+def test_ttl_after_finished(job_body: Any) -> None:
+    job = job_view(
+        job_body(
+            ttlSecondsAfterFinished=100, status={"phase": "Failed", "completionTime": "2025-01-01T00:00:00Z"}
+        )
+    )
+    wait = decide(job, [], T0 + dt.timedelta(seconds=40))
+    assert wait.action is Action.NONE and wait.recheck_after == 60
+    assert decide(job, [], T0 + dt.timedelta(seconds=100)).action is Action.EXPIRE
+
+
+def test_pod_state_reads_exit_code_and_labels() -> None:
+    body = {
+        "metadata": {
+            "name": "train-1",
+            "labels": {"kubegang.io/replica-index": "1", "kubegang.io/attempt": "2"},
+            "annotations": {"kubegang.io/node": "n1"},
+        },
+        "spec": {"nodeName": "n1"},
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [{"state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}],
+        },
+    }
+    state = pod_state(body)
+    assert (state.index, state.attempt, state.exit_code, state.failure_reason) == (1, 2, 137, "OOMKilled")
+    assert state.planned_node == "n1" and state.bound_node == "n1"

@@ -101,14 +101,19 @@ class NodeList(_KubeObject):
 
     items: list[dict[str, Any]] = Field(default_factory=list)
 
+    @staticmethod
+    def _name(item: dict[str, Any]) -> str | None:
+        meta = item.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        return name if isinstance(name, str) else None
+
     def names(self) -> list[str]:
-        """The node names in order; items without ``metadata.name`` are skipped."""
-        out: list[str] = []
-        for item in self.items:
-            meta = item.get("metadata")
-            if isinstance(meta, dict) and isinstance(meta.get("name"), str):
-                out.append(meta["name"])
-        return out
+        """The node names in order; items without a string ``metadata.name`` are skipped."""
+        return [name for item in self.items if (name := self._name(item)) is not None]
+
+    def keep(self, names: set[str]) -> NodeList:
+        """The items whose name is in ``names``, unchanged and in order."""
+        return NodeList(items=[item for item in self.items if self._name(item) in names])
 
 
 class ExtenderArgs(_Wire):

@@ -1,0 +1,216 @@
+"""Certificates for kubegang's mTLS listeners: a throwaway CA and the leaf certificates it signs.
+
+Why in the core: the extender's HTTPS and gRPC listeners accept only clients whose certificate
+chains to one CA (kube-scheduler and the operator). Tests, the local demo and the chart docs all
+need the same three kinds of files — CA, server, client — and the same two ``ssl`` contexts, so
+they are made in one place with ``cryptography`` rather than with shell recipes that drift.
+
+This module does no Kubernetes I/O. Keys are ECDSA P-256: small, fast to generate in tests, and
+accepted by Go's TLS stack (kube-scheduler) and by gRPC's BoringSSL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+DEFAULT_VALIDITY = dt.timedelta(days=365)
+"""Lifetime of generated certificates unless told otherwise."""
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """A certificate and its private key, both PEM-encoded."""
+
+    cert_pem: bytes
+    """The certificate (PEM)."""
+    key_pem: bytes
+    """The unencrypted PKCS#8 private key (PEM)."""
+
+
+@dataclass(frozen=True)
+class PemPaths:
+    """Where :func:`write_pki` put the files."""
+
+    ca_cert: Path
+    """CA certificate: what both sides trust."""
+    ca_key: Path
+    """CA private key (keep it to sign more leaves; never mount it into a pod)."""
+    server_cert: Path
+    """Server certificate (extender)."""
+    server_key: Path
+    """Server private key."""
+    client_cert: Path
+    """Client certificate (kube-scheduler, operator)."""
+    client_key: Path
+    """Client private key."""
+
+
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def make_ca(common_name: str = "kubegang-ca", validity: dt.timedelta = DEFAULT_VALIDITY) -> KeyPair:
+    """A self-signed CA allowed to sign leaf certificates only (path length 0)."""
+    key = _new_key()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + validity)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True, content_commitment=False, key_encipherment=False,
+                data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
+                encipher_only=False, decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def _san_entries(names: list[str]) -> list[x509.GeneralName]:
+    out: list[x509.GeneralName] = []
+    for name in names:
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            out.append(x509.DNSName(name))
+    return out
+
+
+def make_leaf(
+    ca: KeyPair,
+    common_name: str,
+    *,
+    server_names: list[str] | None = None,
+    client: bool = False,
+    validity: dt.timedelta = DEFAULT_VALIDITY,
+) -> KeyPair:
+    """A leaf certificate signed by ``ca``.
+
+    ``server_names`` (DNS names or IP addresses) make it a server certificate with those SANs;
+    ``client=True`` makes it usable for client authentication. Both may be set.
+    """
+    if not server_names and not client:
+        raise ValueError("make_leaf: give server_names (for a server cert) and/or client=True")
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    ca_key = serialization.load_pem_private_key(ca.key_pem, None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError("make_leaf: the CA key must be an EC key made by make_ca")
+    key = _new_key()
+    usages: list[x509.ObjectIdentifier] = []
+    if server_names:
+        usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
+    if client:
+        usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+    now = _now()
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + validity)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+    )
+    if server_names:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(_san_entries(server_names)), critical=False
+        )
+    cert = builder.sign(ca_key, hashes.SHA256())
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+DEFAULT_SERVER_NAMES = ["localhost", "127.0.0.1", "::1"]
+"""SANs for a loopback server (tests, the local demo)."""
+
+
+def write_pki(
+    directory: Path,
+    *,
+    server_names: list[str] | None = None,
+    server_cn: str = "kubegang-extender",
+    client_cn: str = "kube-scheduler",
+) -> PemPaths:
+    """Generate a CA, a server and a client certificate and write them as PEM files.
+
+    File names: ``ca.crt``/``ca.key``, ``server.crt``/``server.key``, ``client.crt``/``client.key``.
+    Private keys are written with mode 0600.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    ca = make_ca()
+    server = make_leaf(ca, server_cn, server_names=server_names or DEFAULT_SERVER_NAMES)
+    client = make_leaf(ca, client_cn, client=True)
+    paths = PemPaths(
+        ca_cert=directory / "ca.crt",
+        ca_key=directory / "ca.key",
+        server_cert=directory / "server.crt",
+        server_key=directory / "server.key",
+        client_cert=directory / "client.crt",
+        client_key=directory / "client.key",
+    )
+    for path, data, secret in (
+        (paths.ca_cert, ca.cert_pem, False),
+        (paths.ca_key, ca.key_pem, True),
+        (paths.server_cert, server.cert_pem, False),
+        (paths.server_key, server.key_pem, True),
+        (paths.client_cert, client.cert_pem, False),
+        (paths.client_key, client.key_pem, True),
+    ):
+        path.write_bytes(data)
+        if secret:
+            path.chmod(0o600)
+    return paths
+
+
+def server_ssl_context(cert: Path, key: Path, client_ca: Path) -> ssl.SSLContext:
+    """TLS 1.2+ server context that *requires* a client certificate chaining to ``client_ca``."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(client_ca))
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(str(cert), str(key))
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+def client_ssl_context(ca: Path, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+    """Client context trusting ``ca``; presents ``cert``/``key`` when given (mTLS)."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(ca))
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert is not None and key is not None:
+        ctx.load_cert_chain(str(cert), str(key))
+    elif (cert is None) != (key is None):
+        raise ValueError("client_ssl_context: give both cert and key, or neither")
+    return ctx

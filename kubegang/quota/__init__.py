@@ -1,0 +1,58 @@
+"""Hierarchical GPU quotas: the queue tree, fair-share admission order and preemption policy.
+
+Pure accounting, no Kubernetes: the operator converts GPUQueue objects into ``QueueSpec`` values,
+builds a ``QuotaTree``, keeps pending jobs in ``PendingQueues`` and asks ``candidates_for`` whom a
+waiting job may evict. Semantics and examples: docs/quota.md.
+"""
+
+from kubegang.quota._candidates import (
+    Candidate,
+    CandidateReason,
+    RunningJob,
+    candidates_for,
+    fits_after_eviction,
+)
+from kubegang.quota._decision import Decision, Ok, Refusal, Shortfall, Unschedulable
+from kubegang.quota._fairshare import dominant_share, share_path
+from kubegang.quota._pending import PendingJob, PendingQueues
+from kubegang.quota._spec import (
+    BorrowWithinParent,
+    FlavorQuota,
+    PreemptionPolicy,
+    QueueSpec,
+    QuotaSpecError,
+    ReclaimFromBorrowers,
+    SpecProblem,
+    WithinQueue,
+    validate_specs,
+)
+from kubegang.quota._tree import FairSharing, QueueStatus, QuotaTree
+
+__all__ = [
+    "BorrowWithinParent",
+    "Candidate",
+    "CandidateReason",
+    "Decision",
+    "FairSharing",
+    "FlavorQuota",
+    "Ok",
+    "PendingJob",
+    "PendingQueues",
+    "PreemptionPolicy",
+    "QueueSpec",
+    "QueueStatus",
+    "QuotaSpecError",
+    "QuotaTree",
+    "ReclaimFromBorrowers",
+    "Refusal",
+    "RunningJob",
+    "Shortfall",
+    "SpecProblem",
+    "Unschedulable",
+    "WithinQueue",
+    "candidates_for",
+    "dominant_share",
+    "fits_after_eviction",
+    "share_path",
+    "validate_specs",
+]

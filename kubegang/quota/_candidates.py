@@ -1,0 +1,153 @@
+"""The policy half of preemption: which running jobs a pending job may evict, by quota policy.
+
+Where the victims must come from is the placement-aware planner's question (kubegang.preemption):
+it takes these candidates, in this order, and picks the smallest set of whole gangs that makes the
+preemptor placeable, checking with ``fits_after_eviction`` that quota would admit it too. This
+module only says who *may* be evicted, after Kueue's rules, generalised to a tree:
+
+- same queue: lower priority, when the queue's ``withinQueue`` is ``LowerPriority``;
+- another queue of the same tree: only while that queue's side of the tree (its path up to, not
+  including, the lowest common ancestor) borrows a flavour the preemptor needs, and
+  - ``reclaimFromBorrowers`` ``Any`` / ``LowerPriority``: when the preemptor's side stays within its
+    quota after admission (it reclaims what it is entitled to);
+  - ``borrowWithinParent`` ``LowerPriority``: lower priority, when the preemptor would itself borrow.
+
+Order: jobs of borrowing queues first (they run on quota that is not theirs), then lower priority,
+then the most recently started (least work lost), then job id.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kubegang.quota._decision import Decision
+from kubegang.quota._pending import PendingJob
+from kubegang.quota._spec import BorrowWithinParent, ReclaimFromBorrowers, WithinQueue
+from kubegang.quota._tree import QuotaTree, _Node
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """An admitted job, as preemption sees it."""
+
+    job_id: str
+    queue: str
+    usage: Mapping[str, int] = field(default_factory=dict)
+    priority: int = 0
+    started: float = 0.0
+    """When it was admitted (seconds, any epoch); later-started jobs are evicted first."""
+
+
+class CandidateReason(enum.StrEnum):
+    """Which policy allows the eviction (for the victim's condition and event)."""
+
+    WITHIN_QUEUE = "WithinQueue"
+    RECLAIM_FROM_BORROWERS = "ReclaimFromBorrowers"
+    BORROW_WITHIN_PARENT = "BorrowWithinParent"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A running job that policy allows the preemptor to evict."""
+
+    job: RunningJob
+    reason: CandidateReason
+    message: str
+    """Why, for humans: names the preemptor, both queues and the policy."""
+
+
+def candidates_for(preemptor: PendingJob, tree: QuotaTree, running: Iterable[RunningJob]) -> list[Candidate]:
+    """Running jobs the preemptor's queue policy allows it to evict, best victims first."""
+    if not tree.can_ever_fit(preemptor.queue, preemptor.usage):
+        return []  # evicting anything would not let it run
+    node = tree._node(preemptor.queue)
+    needed = {f for f, a in preemptor.usage.items() if a > 0}
+    steps = tree._extra_along_path(node, preemptor.usage)
+    out: list[tuple[tuple[int, int, float, str], Candidate]] = []
+    for job in running:
+        if job.job_id == preemptor.job_id or not needed.intersection(
+            f for f, a in job.usage.items() if a > 0
+        ):
+            continue
+        candidate = _judge(preemptor, job, tree, node, needed=needed, steps=steps)
+        if candidate is not None:
+            same = 1 if job.queue == preemptor.queue else 0
+            out.append(((same, job.priority, -job.started, job.job_id), candidate))
+    out.sort(key=lambda pair: pair[0])
+    return [c for _, c in out]
+
+
+def fits_after_eviction(tree: QuotaTree, preemptor: PendingJob, victims: Iterable[str]) -> Decision:
+    """Whether quota would admit the preemptor once ``victims`` (job ids) are released; changes nothing."""
+    with tree.simulate():
+        for job_id in victims:
+            tree.release(job_id)
+        return tree.can_admit(preemptor.queue, preemptor.usage)
+
+
+def _judge(
+    preemptor: PendingJob,
+    job: RunningJob,
+    tree: QuotaTree,
+    node: _Node,
+    *,
+    needed: set[str],
+    steps: list[tuple[_Node, dict[str, int]]],
+) -> Candidate | None:
+    policy = node.spec.preemption
+    lower = job.priority < preemptor.priority
+    who = f"job {job.job_id} (queue {job.queue}, priority {job.priority})"
+    by = f"job {preemptor.job_id} (queue {preemptor.queue}, priority {preemptor.priority})"
+    if job.queue == preemptor.queue:
+        if policy.within_queue is WithinQueue.LOWER_PRIORITY and lower:
+            return Candidate(
+                job, CandidateReason.WITHIN_QUEUE, f"{who} has lower priority than {by} in the same queue"
+            )
+        return None
+    if job.queue not in tree.queues:
+        return None
+    lca = tree.lowest_common_ancestor(preemptor.queue, job.queue)
+    if lca is None:
+        return None  # separate trees share no quota
+    borrowing = _borrowing_side(tree, job.queue, lca, needed & set(job.usage))
+    if borrowing is None:
+        return None
+    within = _stays_within_quota(steps, lca, needed)
+    reclaim = policy.reclaim_from_borrowers
+    if within and (
+        reclaim is ReclaimFromBorrowers.ANY or (reclaim is ReclaimFromBorrowers.LOWER_PRIORITY and lower)
+    ):
+        return Candidate(
+            job,
+            CandidateReason.RECLAIM_FROM_BORROWERS,
+            f"{who} runs on quota borrowed by queue {borrowing}; {by} reclaims quota of its own",
+        )
+    if not within and policy.borrow_within_parent is BorrowWithinParent.LOWER_PRIORITY and lower:
+        return Candidate(
+            job,
+            CandidateReason.BORROW_WITHIN_PARENT,
+            f"{who} runs on quota borrowed by queue {borrowing} and has lower priority than {by}",
+        )
+    return None
+
+
+def _borrowing_side(tree: QuotaTree, queue: str, lca: str, flavors: set[str]) -> str | None:
+    """The queue on ``queue``'s path below ``lca`` that borrows one of ``flavors``, if any."""
+    for n in tree._node(queue).path:
+        if n.name == lca:
+            return None
+        if any(n.charged.get(f, 0) > n.quota.get(f, 0) for f in flavors):
+            return n.name
+    return None
+
+
+def _stays_within_quota(steps: list[tuple[_Node, dict[str, int]]], lca: str, flavors: set[str]) -> bool:
+    """Whether, after admission, no queue on the preemptor's path below ``lca`` would borrow."""
+    for n, extra in steps:
+        if n.name == lca:
+            return True
+        if any(n.charged[f] + extra.get(f, 0) > n.quota[f] for f in flavors if f in n.charged):
+            return False
+    return True

@@ -1,0 +1,149 @@
+"""Pending jobs per leaf queue, and the order in which the admission cycle considers them.
+
+Each leaf keeps a heap ordered by priority, then creation time (FIFO); only its head competes in a
+cycle. Heads are ordered across queues by priority, then fair share (``share_path``, lower first),
+then creation time. With Q leaves and N jobs, ``push`` is O(log N) and choosing the next head is
+O(Q x depth x flavours), independent of N: 10,000 jobs in 100 queues cost no more than 100.
+
+A head that does not fit in quota is *parked* (Kueue's BestEffortFIFO: the next job of its queue
+becomes the head) until ``wake`` is called, which the owner does when quota frees up in its tree.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kubegang.quota._fairshare import share_path
+from kubegang.quota._tree import QuotaTree
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    """A job waiting for admission."""
+
+    job_id: str
+    queue: str
+    """The leaf queue it was submitted to."""
+    usage: Mapping[str, int] = field(default_factory=dict)
+    """GPUs per flavour the whole gang needs."""
+    priority: int = 0
+    """Higher goes first, before fair share is considered."""
+    created: float = 0.0
+    """Creation time (seconds, any epoch): FIFO among equals."""
+
+
+_Entry = tuple[int, float, int, str]  # (-priority, created, sequence, job id)
+
+
+class PendingQueues:
+    """The pending jobs of every leaf queue of a tree."""
+
+    def __init__(self, tree: QuotaTree) -> None:
+        self.tree = tree
+        self._heaps: dict[str, list[_Entry]] = {}
+        self._live: dict[str, tuple[PendingJob, int]] = {}
+        self._parked: dict[str, PendingJob] = {}
+        self._per_queue: Counter[str] = Counter()
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._live) + len(self._parked)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._live or job_id in self._parked
+
+    def pending(self, queue: str) -> int:
+        """Jobs waiting in this leaf queue, parked ones included (for the GPUQueue status)."""
+        return self._per_queue[queue]
+
+    def push(self, job: PendingJob) -> None:
+        """Add a job; a ValueError if a job with that id is already pending."""
+        if job.job_id in self:
+            raise ValueError(f"job {job.job_id!r} is already pending")
+        self._enqueue(job)
+        self._per_queue[job.queue] += 1
+
+    def remove(self, job_id: str) -> PendingJob | None:
+        """Forget a pending job (it was deleted or suspended); None if it was not pending."""
+        entry = self._live.pop(job_id, None)
+        job = entry[0] if entry else self._parked.pop(job_id, None)
+        if job is not None:
+            self._per_queue[job.queue] -= 1
+        return job
+
+    def heads(self) -> list[PendingJob]:
+        """The head of every leaf queue with a waiting job, in admission order."""
+        heads = [h for h in (self._head(q) for q in list(self._heaps)) if h is not None]
+        heads.sort(key=self._key)
+        return heads
+
+    def peek(self) -> PendingJob | None:
+        """The job the admission cycle should consider next."""
+        heads = [h for h in (self._head(q) for q in list(self._heaps)) if h is not None]
+        return min(heads, key=self._key, default=None)
+
+    def pop(self) -> PendingJob | None:
+        """Take the next job out of the queues (``requeue`` it if it is not admitted)."""
+        job = self.peek()
+        if job is not None:
+            self.remove(job.job_id)
+        return job
+
+    def requeue(self, job: PendingJob, *, inadmissible: bool = False) -> None:
+        """Put back a job taken with ``pop``, keeping its place; parked until ``wake`` if inadmissible."""
+        if inadmissible:
+            if job.job_id in self:
+                raise ValueError(f"job {job.job_id!r} is already pending")
+            self._parked[job.job_id] = job
+            self._per_queue[job.queue] += 1
+        else:
+            self.push(job)
+
+    def wake(self, queue: str | None = None) -> int:
+        """Return parked jobs to their queues: all, or those that share a tree with ``queue``."""
+        if queue is None:
+            woken = list(self._parked.values())
+        else:
+            root = self.tree.path(queue)[-1]
+            woken = [j for j in self._parked.values() if self._root(j.queue) == root]
+        for job in woken:
+            del self._parked[job.job_id]
+            self._enqueue(job)
+        return len(woken)
+
+    def parked(self) -> list[PendingJob]:
+        return list(self._parked.values())
+
+    def _enqueue(self, job: PendingJob) -> None:
+        seq = next(self._seq)
+        self._live[job.job_id] = (job, seq)
+        heapq.heappush(self._heaps.setdefault(job.queue, []), (-job.priority, job.created, seq, job.job_id))
+
+    def _head(self, queue: str) -> PendingJob | None:
+        heap = self._heaps[queue]
+        while heap:
+            _, _, seq, job_id = heap[0]
+            live = self._live.get(job_id)
+            if live is not None and live[1] == seq:
+                return live[0]
+            heapq.heappop(heap)  # removed or re-pushed since: a stale entry
+        del self._heaps[queue]
+        return None
+
+    def _key(self, job: PendingJob) -> tuple[int, tuple[float, ...], float, int]:
+        try:
+            shares = share_path(self.tree, job.queue, job.usage)
+        except KeyError:
+            shares = (math.inf,)  # an unknown queue: admission will refuse it, let others go first
+        return (-job.priority, shares, job.created, self._live[job.job_id][1])
+
+    def _root(self, queue: str) -> str | None:
+        try:
+            return self.tree.path(queue)[-1]
+        except KeyError:
+            return None

@@ -1,0 +1,164 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Toleration(_message.Message):
+    __slots__ = ("key", "operator", "value", "effect")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    OPERATOR_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    operator: str
+    value: str
+    effect: str
+    def __init__(self, key: _Optional[str] = ..., operator: _Optional[str] = ..., value: _Optional[str] = ..., effect: _Optional[str] = ...) -> None: ...
+
+class Gang(_message.Message):
+    __slots__ = ("job_uid", "namespace", "name", "pods", "gpus_per_pod", "gpu_fraction_milli", "cpu_milli_per_pod", "memory_mib_per_pod", "gpu_product", "mig_profile", "node_selector", "tolerations", "required_level", "preferred_level", "excluded_nodes", "priority")
+    class NodeSelectorEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_UID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PODS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_PER_POD_FIELD_NUMBER: _ClassVar[int]
+    GPU_FRACTION_MILLI_FIELD_NUMBER: _ClassVar[int]
+    CPU_MILLI_PER_POD_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MIB_PER_POD_FIELD_NUMBER: _ClassVar[int]
+    GPU_PRODUCT_FIELD_NUMBER: _ClassVar[int]
+    MIG_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    NODE_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    TOLERATIONS_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDED_NODES_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    job_uid: str
+    namespace: str
+    name: str
+    pods: int
+    gpus_per_pod: int
+    gpu_fraction_milli: int
+    cpu_milli_per_pod: int
+    memory_mib_per_pod: int
+    gpu_product: str
+    mig_profile: str
+    node_selector: _containers.ScalarMap[str, str]
+    tolerations: _containers.RepeatedCompositeFieldContainer[Toleration]
+    required_level: str
+    preferred_level: str
+    excluded_nodes: _containers.RepeatedScalarFieldContainer[str]
+    priority: int
+    def __init__(self, job_uid: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., pods: _Optional[int] = ..., gpus_per_pod: _Optional[int] = ..., gpu_fraction_milli: _Optional[int] = ..., cpu_milli_per_pod: _Optional[int] = ..., memory_mib_per_pod: _Optional[int] = ..., gpu_product: _Optional[str] = ..., mig_profile: _Optional[str] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., tolerations: _Optional[_Iterable[_Union[Toleration, _Mapping]]] = ..., required_level: _Optional[str] = ..., preferred_level: _Optional[str] = ..., excluded_nodes: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class PodPlacement(_message.Message):
+    __slots__ = ("pod_index", "node", "gpu_indices")
+    POD_INDEX_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
+    pod_index: int
+    node: str
+    gpu_indices: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, pod_index: _Optional[int] = ..., node: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Domain(_message.Message):
+    __slots__ = ("level", "id")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    level: str
+    id: str
+    def __init__(self, level: _Optional[str] = ..., id: _Optional[str] = ...) -> None: ...
+
+class GangPlacement(_message.Message):
+    __slots__ = ("pods", "domain", "preferred_met", "score")
+    PODS_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_MET_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    pods: _containers.RepeatedCompositeFieldContainer[PodPlacement]
+    domain: Domain
+    preferred_met: bool
+    score: float
+    def __init__(self, pods: _Optional[_Iterable[_Union[PodPlacement, _Mapping]]] = ..., domain: _Optional[_Union[Domain, _Mapping]] = ..., preferred_met: _Optional[bool] = ..., score: _Optional[float] = ...) -> None: ...
+
+class PlanRequest(_message.Message):
+    __slots__ = ("gang",)
+    GANG_FIELD_NUMBER: _ClassVar[int]
+    gang: Gang
+    def __init__(self, gang: _Optional[_Union[Gang, _Mapping]] = ...) -> None: ...
+
+class PlanResponse(_message.Message):
+    __slots__ = ("feasible", "placement", "reasons")
+    FEASIBLE_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    feasible: bool
+    placement: GangPlacement
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, feasible: _Optional[bool] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ReserveRequest(_message.Message):
+    __slots__ = ("gang", "placement", "ttl_seconds")
+    GANG_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    gang: Gang
+    placement: GangPlacement
+    ttl_seconds: int
+    def __init__(self, gang: _Optional[_Union[Gang, _Mapping]] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class ReserveResponse(_message.Message):
+    __slots__ = ("reserved", "placement", "reasons", "expires_at_unix_ms")
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    reserved: bool
+    placement: GangPlacement
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    expires_at_unix_ms: int
+    def __init__(self, reserved: _Optional[bool] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ..., expires_at_unix_ms: _Optional[int] = ...) -> None: ...
+
+class ReleaseRequest(_message.Message):
+    __slots__ = ("job_uid",)
+    JOB_UID_FIELD_NUMBER: _ClassVar[int]
+    job_uid: str
+    def __init__(self, job_uid: _Optional[str] = ...) -> None: ...
+
+class ReleaseResponse(_message.Message):
+    __slots__ = ("released", "gpus_freed")
+    RELEASED_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FREED_FIELD_NUMBER: _ClassVar[int]
+    released: bool
+    gpus_freed: int
+    def __init__(self, released: _Optional[bool] = ..., gpus_freed: _Optional[int] = ...) -> None: ...
+
+class WhatIfRequest(_message.Message):
+    __slots__ = ("gang", "candidate_job_uids")
+    GANG_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_JOB_UIDS_FIELD_NUMBER: _ClassVar[int]
+    gang: Gang
+    candidate_job_uids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, gang: _Optional[_Union[Gang, _Mapping]] = ..., candidate_job_uids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WhatIfResponse(_message.Message):
+    __slots__ = ("feasible", "victim_job_uids", "placement", "reasons")
+    FEASIBLE_FIELD_NUMBER: _ClassVar[int]
+    VICTIM_JOB_UIDS_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    feasible: bool
+    victim_job_uids: _containers.RepeatedScalarFieldContainer[str]
+    placement: GangPlacement
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, feasible: _Optional[bool] = ..., victim_job_uids: _Optional[_Iterable[str]] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ...) -> None: ...

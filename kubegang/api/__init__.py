@@ -1,0 +1,79 @@
+"""kubegang's Kubernetes API (group ``kubegang.io``, version ``v1alpha1``) as pydantic models.
+
+The models are the single source of truth: ``python -m kubegang.api.crdgen`` generates ``crds/``
+from them, and the same validators run in Python (core, operator, CLI) and, as OpenAPI + CEL rules,
+in kube-apiserver. To add a kind, see :mod:`kubegang.api._registry`.
+
+Wire names are camelCase (``gpusPerReplica``); Python attributes are snake_case
+(``gpus_per_replica``). Parse a manifest with :func:`parse_manifest`, serialise with ``to_dict()``.
+"""
+
+from kubegang.api._common import API_VERSION, GROUP, VERSION, ApiModel, Condition, ObjectMeta
+from kubegang.api._crd import crd_document, crd_name, openapi_schema
+from kubegang.api._gpujob import (
+    GPUJob,
+    GPUJobSpec,
+    GPUJobStatus,
+    JobConditionType,
+    JobPhase,
+    Placement,
+    ReplicaPlacement,
+    Topology,
+)
+from kubegang.api._gpuqueue import (
+    FlavorAmount,
+    FlavorQuota,
+    GPUQueue,
+    GPUQueueSpec,
+    GPUQueueStatus,
+    PreemptionPolicy,
+)
+from kubegang.api._levels import LEVEL_NAMES
+from kubegang.api._podtemplate import GPU_RESOURCE, Container, PodSpec, PodTemplateSpec, ResourceRequirements
+from kubegang.api._quantity import parse_quantity, whole_count
+from kubegang.api._registry import KINDS, UnknownKindError, kind_model, parse_manifest
+from kubegang.api._resource import KindInfo, PrinterColumn, Resource
+from kubegang.api._schema import SchemaError, structural
+
+__all__ = [
+    "API_VERSION",
+    "GPU_RESOURCE",
+    "GROUP",
+    "KINDS",
+    "LEVEL_NAMES",
+    "VERSION",
+    "ApiModel",
+    "Condition",
+    "Container",
+    "FlavorAmount",
+    "FlavorQuota",
+    "GPUJob",
+    "GPUJobSpec",
+    "GPUJobStatus",
+    "GPUQueue",
+    "GPUQueueSpec",
+    "GPUQueueStatus",
+    "JobConditionType",
+    "JobPhase",
+    "KindInfo",
+    "ObjectMeta",
+    "Placement",
+    "PodSpec",
+    "PodTemplateSpec",
+    "PreemptionPolicy",
+    "PrinterColumn",
+    "ReplicaPlacement",
+    "Resource",
+    "ResourceRequirements",
+    "SchemaError",
+    "Topology",
+    "UnknownKindError",
+    "crd_document",
+    "crd_name",
+    "kind_model",
+    "openapi_schema",
+    "parse_manifest",
+    "parse_quantity",
+    "structural",
+    "whole_count",
+]

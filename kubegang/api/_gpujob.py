@@ -1,0 +1,271 @@
+"""GPUJob: a gang of identical pods that starts all at once or not at all.
+
+Every cross-field rule exists twice, side by side: a CEL rule in the schema (so ``kubectl apply``
+refuses a bad manifest) and a pydantic validator (so the core and the operator can validate
+without a cluster). A change to one must change the other; tests/unit/api checks both tables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Annotated, ClassVar, Literal, Self
+
+from pydantic import ConfigDict, Field, model_validator
+
+from kubegang.api._common import (
+    CONDITIONS_SCHEMA_EXTRA,
+    NAME_PATTERN,
+    SET_SCHEMA_EXTRA,
+    ApiModel,
+    Condition,
+    cel,
+    cel_rules,
+)
+from kubegang.api._levels import CEL_LEVEL_RANK, LEVEL_ORDER, LevelName, rank
+from kubegang.api._podtemplate import GPU_RESOURCE, HAS_TEMPLATE_GPU_LIMIT, PodTemplateSpec
+from kubegang.api._resource import KindInfo, PrinterColumn, Resource
+
+Framework = Literal["none", "torchrun", "mpi"]
+"""How workers find each other: nothing, torchrun rendezvous env, or an MPI hostfile."""
+
+MILLI = 1000
+"""gpuFraction is counted in thousandths of one GPU."""
+
+
+class JobPhase(enum.StrEnum):
+    """``status.phase``: the one-word summary printed by ``kubectl get``."""
+
+    PENDING = "Pending"
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    SUSPENDED = "Suspended"
+    UNSCHEDULABLE = "Unschedulable"
+
+
+class JobConditionType(enum.StrEnum):
+    """Condition types a GPUJob carries, at most one of each."""
+
+    QUEUED = "Queued"
+    ADMITTED = "Admitted"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    PREEMPTED = "Preempted"
+    UNSCHEDULABLE = "Unschedulable"
+    SUSPENDED = "Suspended"
+
+
+class Topology(ApiModel):
+    """Where the gang may and should land, as topology level names (narrowest first: node, nvlink,
+    leaf, spine, block, cluster)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                f"!has(self.required) || !has(self.preferred) || "
+                f"{CEL_LEVEL_RANK}[self.preferred] <= {CEL_LEVEL_RANK}[self.required]",
+                f"preferred must be narrower than or equal to required ({LEVEL_ORDER})",
+                field_path=".preferred",
+                reason="FieldValueInvalid",
+            )
+        )
+    )
+
+    required: LevelName | None = None
+    """Every pod must be inside one domain of this level; the gang waits otherwise."""
+    preferred: LevelName | None = None
+    """Placement tries this (narrower or equal) level first and falls back to ``required``."""
+
+    @model_validator(mode="after")
+    def _preferred_not_wider(self) -> Self:
+        if self.required and self.preferred and rank(self.preferred) > rank(self.required):
+            raise ValueError(
+                f"preferred ({self.preferred!r}) is wider than required ({self.required!r}); "
+                f"preferred must be narrower than or equal to required ({LEVEL_ORDER})"
+            )
+        return self
+
+
+_EXPLICIT_GPUS = "(has(self.gpusPerReplica) || has(self.gpuFraction))"
+_FRACTION_SINGLE = "gpuFraction (a share of one GPU) is allowed only with replicas: 1"
+_ONE_OF = "set gpusPerReplica or gpuFraction, not both"
+_COUNT_ONCE = (
+    f"gpusPerReplica and gpuFraction cannot be combined with a {GPU_RESOURCE} limit in "
+    "template.spec.containers[*].resources.limits; give the GPU count in one place"
+)
+
+
+class GPUJobSpec(ApiModel):
+    """The desired gang: how many pods, what each runs and needs, and where it may go."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            cel(
+                "!has(self.gpuFraction) || self.replicas == 1",
+                _FRACTION_SINGLE,
+                field_path=".gpuFraction",
+                reason="FieldValueForbidden",
+            ),
+            cel(
+                "!(has(self.gpuFraction) && has(self.gpusPerReplica))",
+                _ONE_OF,
+                field_path=".gpuFraction",
+                reason="FieldValueForbidden",
+            ),
+            cel(
+                f"!{_EXPLICIT_GPUS} || !({HAS_TEMPLATE_GPU_LIMIT})",
+                _COUNT_ONCE,
+                field_path=".template",
+                reason="FieldValueForbidden",
+            ),
+        )
+    )
+
+    replicas: int = Field(default=1, ge=1, strict=True)
+    """Pods in the gang; all start together or none does."""
+    template: PodTemplateSpec
+    """The pod template of every replica (a PodTemplateSpec). Its containers' ``nvidia.com/gpu``
+    limits give the GPUs per replica unless ``gpusPerReplica`` or ``gpuFraction`` is set."""
+    gpus_per_replica: int | None = Field(default=None, ge=0, strict=True)
+    """Whole GPUs per replica; the operator adds the limit to the first container. Exclusive with a
+    GPU limit in the template."""
+    gpu_fraction: int | None = Field(default=None, ge=1, le=999, strict=True)
+    """A share of one GPU in thousandths (250 = a quarter), for a single-replica job that shares a
+    GPU; only with ``replicas: 1``."""
+    gpu_product: str | None = Field(default=None, min_length=1, max_length=128)
+    """GPU model the job needs (the node label ``nvidia.com/gpu.product``, e.g. ``NVIDIA-H200``)."""
+    queue: str = Field(min_length=1, max_length=253, pattern=NAME_PATTERN)
+    """The leaf GPUQueue the job enters."""
+    priority_class_name: str | None = Field(default=None, min_length=1, max_length=253, pattern=NAME_PATTERN)
+    """PriorityClass of the job and its pods; orders jobs in a queue and decides who may preempt."""
+    priority: int | None = Field(default=None, ge=-2147483648, le=1000000000, strict=True)
+    """Explicit priority; overrides the value of ``priorityClassName`` for queueing and preemption."""
+    topology: Topology = Field(default_factory=Topology, json_schema_extra={"default": {}})
+    """Topology constraints of the gang."""
+    framework: Framework = "none"
+    """``torchrun`` or ``mpi`` add a headless Service and the environment workers need
+    (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK / hostfile)."""
+    restart_limit: int = Field(default=3, ge=0, strict=True)
+    """Whole-gang restarts after a pod fails, before the job is Failed."""
+    gang_timeout_seconds: int = Field(default=300, ge=1, strict=True)
+    """Seconds from pod creation until every pod must be bound; otherwise the gang is deleted whole
+    and requeued with the failing nodes excluded."""
+    suspend: bool = Field(default=False, strict=True)
+    """A suspended job holds no pods and no quota; set it back to false to queue it again."""
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, strict=True)
+    """Delete the job this many seconds after it Succeeded or Failed."""
+
+    @model_validator(mode="after")
+    def _gpu_count_given_once(self) -> Self:
+        if self.gpu_fraction is not None and self.replicas != 1:
+            raise ValueError(f"{_FRACTION_SINGLE}, got replicas: {self.replicas}")
+        if self.gpu_fraction is not None and self.gpus_per_replica is not None:
+            raise ValueError(_ONE_OF)
+        explicit = self.gpus_per_replica is not None or self.gpu_fraction is not None
+        if explicit and self.template.gpus() is not None:
+            raise ValueError(_COUNT_ONCE)
+        return self
+
+    def whole_gpus_per_replica(self) -> int:
+        """Whole GPUs each replica gets (0 for a fractional or CPU-only job)."""
+        if self.gpus_per_replica is not None:
+            return self.gpus_per_replica
+        return self.template.gpus() or 0
+
+    def gpu_milli_per_replica(self) -> int:
+        """GPU demand of one replica in thousandths of a GPU."""
+        if self.gpu_fraction is not None:
+            return self.gpu_fraction
+        return self.whole_gpus_per_replica() * MILLI
+
+    def total_gpus(self) -> float:
+        """GPUs the whole gang asks for (``status.totalGPUs``)."""
+        return self.replicas * self.gpu_milli_per_replica() / MILLI
+
+
+class ReplicaPlacement(ApiModel):
+    """Where one replica of the gang runs."""
+
+    index: int = Field(ge=0, strict=True)
+    """Replica index (0 is the torchrun master / MPI launcher)."""
+    node: str = Field(min_length=1, max_length=253)
+    """Node the replica is pinned to."""
+    gpus: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=64)
+    """GPU indices on that node, when known."""
+
+
+class Placement(ApiModel):
+    """The gang's place: the domain that holds it and one entry per replica."""
+
+    level: LevelName | None = None
+    """Level of the narrowest domain that holds the whole gang."""
+    domain: str | None = None
+    """That domain's name (preferred again when the gang restarts)."""
+    pods: list[ReplicaPlacement] = Field(default_factory=list)
+    """One entry per replica, by index."""
+
+
+class GPUJobStatus(ApiModel):
+    """What the operator observed and decided; written by the operator only."""
+
+    phase: JobPhase | None = None
+    """Pending, Queued, Admitted, Running, Succeeded, Failed, Suspended or Unschedulable."""
+    conditions: list[Condition] = Field(
+        default_factory=list, max_length=32, json_schema_extra=CONDITIONS_SCHEMA_EXTRA
+    )
+    """Why the job is where it is (Queued, Admitted, Running, Succeeded, Failed, Preempted,
+    Unschedulable, Suspended), each with a reason."""
+    observed_generation: int | None = Field(default=None, ge=0)
+    """metadata.generation this status describes."""
+    ready_replicas: int | None = Field(default=None, ge=0)
+    """Replicas of the current attempt that are Ready."""
+    total_gpus: float | None = Field(default=None, ge=0, alias="totalGPUs")
+    """GPUs the gang asks for in total (a fraction for a shared-GPU job)."""
+    restarts: int | None = Field(default=None, ge=0)
+    """Whole-gang restarts so far."""
+    placement: Placement | None = None
+    """The current admission's placement."""
+    excluded_nodes: list[str] = Field(
+        default_factory=list, max_length=1024, json_schema_extra=SET_SCHEMA_EXTRA
+    )
+    """Nodes excluded from later placements (they failed to bind the gang in time)."""
+    admitted_at: dt.datetime | None = None
+    """When the current admission was made (quota and places reserved)."""
+    pods_created_at: dt.datetime | None = None
+    """When the current attempt's pods were created (the gang timeout counts from here)."""
+    started_at: dt.datetime | None = None
+    """When every pod of the current attempt was running."""
+    finished_at: dt.datetime | None = None
+    """When the job Succeeded or Failed."""
+
+
+class GPUJob(Resource):
+    """A gang of ``replicas`` identical pods, admitted through a GPUQueue and placed whole."""
+
+    crd: ClassVar[KindInfo] = KindInfo(
+        kind="GPUJob",
+        plural="gpujobs",
+        short_names=("gj",),
+        scope="Namespaced",
+        printer_columns=(
+            PrinterColumn("Queue", "string", ".spec.queue", "The GPUQueue the job is in"),
+            PrinterColumn("Phase", "string", ".status.phase", "Where the job is in its lifecycle"),
+            PrinterColumn("Ready", "integer", ".status.readyReplicas", "Ready replicas"),
+            PrinterColumn("Replicas", "integer", ".spec.replicas", "Replicas in the gang"),
+            PrinterColumn("GPUs", "number", ".status.totalGPUs", "GPUs of the whole gang"),
+            PrinterColumn("Domain", "string", ".status.placement.domain", "Domain holding the gang", 1),
+            PrinterColumn("Restarts", "integer", ".status.restarts", "Whole-gang restarts", 1),
+        ),
+        selectable_fields=(".spec.queue",),
+    )
+
+    kind: Literal["GPUJob"] = "GPUJob"
+    """Always ``GPUJob``."""
+    spec: GPUJobSpec
+    """The desired gang."""
+    status: GPUJobStatus | None = None
+    """Observed state, written by the operator."""

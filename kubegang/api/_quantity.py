@@ -1,0 +1,60 @@
+"""Kubernetes resource quantities, just enough to read a GPU count.
+
+Why not a library: only one question is asked ("is this ``nvidia.com/gpu`` limit a non-negative whole
+number, and which?"), and the answer must agree with the CEL ``quantity()`` library the API server
+uses for the same rule, so both follow the quantity grammar of k8s.io/apimachinery.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+_SUFFIXES: dict[str, Decimal] = {
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    "u": Decimal("0.000001"),
+    "n": Decimal("0.000000001"),
+    "k": Decimal(10) ** 3,
+    "M": Decimal(10) ** 6,
+    "G": Decimal(10) ** 9,
+    "T": Decimal(10) ** 12,
+    "P": Decimal(10) ** 15,
+    "E": Decimal(10) ** 18,
+    "Ki": Decimal(2) ** 10,
+    "Mi": Decimal(2) ** 20,
+    "Gi": Decimal(2) ** 30,
+    "Ti": Decimal(2) ** 40,
+    "Pi": Decimal(2) ** 50,
+    "Ei": Decimal(2) ** 60,
+}
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$")
+
+
+def parse_quantity(value: int | str) -> Decimal:
+    """The exact value of a quantity (``8``, ``"8"``, ``"500m"``, ``"1e3"``); ValueError otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a quantity: {value!r}")
+    if isinstance(value, int):
+        return Decimal(value)
+    match = _QUANTITY.fullmatch(value)
+    if match is None or match.group(3) not in (*_SUFFIXES, None):
+        raise ValueError(f"not a quantity: {value!r}")
+    number, exponent, suffix = match.groups()
+    try:
+        base = Decimal(number)
+    except InvalidOperation:
+        raise ValueError(f"not a quantity: {value!r}") from None
+    if exponent is not None:
+        return base * Decimal(10) ** int(exponent[1:])
+    return base * _SUFFIXES[suffix or ""]
+
+
+def whole_count(value: int | str) -> int:
+    """A non-negative whole count (a GPU limit); ValueError says what is wrong otherwise."""
+    quantity = parse_quantity(value)
+    if quantity < 0:
+        raise ValueError(f"must not be negative, got {value!r}")
+    if quantity != quantity.to_integral_value():
+        raise ValueError(f"must be a whole number, got {value!r}")
+    return int(quantity)

@@ -136,7 +136,7 @@ def build_pod(job: JobView, slot: PodSlot, *, master_port: int = DEFAULT_MASTER_
         **(meta_t.get("labels") or {}),
         **job_labels(job),
         LABEL_REPLICA_INDEX: str(slot.index),
-        LABEL_ATTEMPT: str(job.restarts),
+        LABEL_ATTEMPT: str(job.attempt),
     }
     annotations = {**(meta_t.get("annotations") or {}), ANNOTATION_NODE: slot.node}
     if slot.gpus:

@@ -88,6 +88,11 @@ class JobView:
         return int(self.status.get("restarts") or 0)
 
     @property
+    def attempt(self) -> int:
+        """status.attempt: bumped whenever the gang is torn down and requeued (labels its pods)."""
+        return int(self.status.get("attempt") or 0)
+
+    @property
     def admission(self) -> Mapping[str, Any] | None:
         """status.admission: the recorded admission (placement, admitted time), if any."""
         value = self.status.get("admission")

@@ -104,6 +104,7 @@ class Action(enum.StrEnum):
     TIMEOUT = "Timeout"
     SUSPEND = "Suspend"
     EXPIRE = "Expire"
+    RESUME = "Resume"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,8 +148,8 @@ def _describe_failure(pod: PodState) -> str:
 def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision:
     """The one thing to do for ``job`` given its ``pods`` at ``now`` (see the module docstring)."""
     phase = job.phase
-    current = {p.index: p for p in pods if p.attempt == job.restarts and not p.deleting}
-    stale = tuple(sorted(p.name for p in pods if p.attempt != job.restarts and not p.deleting))
+    current = {p.index: p for p in pods if p.attempt == job.attempt and not p.deleting}
+    stale = tuple(sorted(p.name for p in pods if p.attempt != job.attempt and not p.deleting))
     holds = phase in (Phase.ADMITTED, Phase.RUNNING)
 
     if job.suspend and (holds or phase in (Phase.QUEUED, Phase.PENDING, Phase.UNSCHEDULABLE)):
@@ -158,6 +159,9 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
             "spec.suspend is true: the gang's pods, reservation and quota are released",
             stale_pods=stale,
         )
+
+    if phase is Phase.SUSPENDED and not job.suspend:
+        return Decision(Action.RESUME, "Resumed", "spec.suspend is false: back in queue " + job.queue)
 
     if phase in FINISHED_PHASES:
         finished = _timestamp(job.status, "completionTime")

@@ -10,7 +10,12 @@ T0 = dt.datetime(2025, 1, 1, 0, 0, 0, tzinfo=dt.UTC)
 
 
 def admitted(job_body: Any, phase: str = "Admitted", restarts: int = 0, **spec: Any) -> Any:
-    status = {"phase": phase, "restarts": restarts, "admission": {"podsCreatedAt": "2025-01-01T00:00:00Z"}}
+    status = {
+        "phase": phase,
+        "restarts": restarts,
+        "attempt": restarts,
+        "admission": {"podsCreatedAt": "2025-01-01T00:00:00Z"},
+    }
     return job_view(job_body(replicas=3, status=status, **spec))
 
 
@@ -39,7 +44,7 @@ def test_failure_restarts_whole_gang_until_limit(job_body: Any) -> None:
     assert "worker 2 failed (exit code 1)" in d.message
     d = decide(
         admitted(job_body, "Running", restarts=3, restartLimit=3),
-        [*pods[:2], pod(2, "Failed", attempt=3, exit_code=1)],
+        [pod(0, attempt=3), pod(1, attempt=3), pod(2, "Failed", attempt=3, exit_code=1)],
         T0,
     )
     assert d.action is Action.FAIL
@@ -109,3 +114,8 @@ def test_pod_state_reads_exit_code_and_labels() -> None:
     state = pod_state(body)
     assert (state.index, state.attempt, state.exit_code, state.failure_reason) == (1, 2, 137, "OOMKilled")
     assert state.planned_node == "n1" and state.bound_node == "n1"
+
+
+def test_suspended_job_resumes_when_unsuspended(job_body: Any) -> None:
+    job = job_view(job_body(status={"phase": "Suspended"}))
+    assert decide(job, [], T0).action is Action.RESUME

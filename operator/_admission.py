@@ -1,0 +1,366 @@
+"""The admission cycle: one decision at a time, owned by the leader (Kueue's scheduler, in small).
+
+Each cycle takes a fresh look at the cache and walks the heads of the leaf queues. For each head:
+
+1. **Order**: the heads of the leaf queues among waiting jobs, in fair-share order (the quota port).
+2. **Quota**: does the job fit up the GPUQueue tree? Never → Unschedulable with the reason; not now →
+   try preemption, else Queued with the reason.
+3. **Place**: ``Plan`` the whole gang on the extender (failing nodes excluded, previous domain
+   preferred); no room → try preemption, else Queued. Then take the quota and ``Reserve`` the placement.
+4. **Record**: assume the admission in the cache, then confirm it in GPUJob status (phase Admitted,
+   ``status.placement``); a new leader reads admissions from there.
+5. **Create**: the Service / hostfile ConfigMap the framework needs, then every pod of the gang.
+
+A failure at any step undoes the earlier ones in reverse (delete what was created, reset the status,
+release the reservation, give the quota back), so a job is either fully admitted or still waiting.
+Preemption evicts whole gangs, only those the quota policy offers *and* the extender's ``WhatIf`` says
+are needed, and only when their eviction makes the waiting gang fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from kubegang.operator import _metrics as metrics
+from kubegang.operator._cache import ClusterCache
+from kubegang.operator._conditions import (
+    CondType,
+    Phase,
+    get_condition,
+    now_rfc3339,
+    set_condition,
+    transition,
+)
+from kubegang.operator._gang_objects import DEFAULT_MASTER_PORT, build_gang
+from kubegang.operator._job import JobView
+from kubegang.operator._ports import KubePort, PlacementPort, QuotaPort
+from kubegang.operator._types import GangPlacement
+
+log = logging.getLogger("kubegang.operator.admission")
+
+Clock = Callable[[], dt.datetime]
+
+
+def utcnow() -> dt.datetime:
+    """The current time, timezone-aware (the default clock)."""
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one admission attempt ended in (logged, returned for tests)."""
+
+    job: str
+    """namespace/name."""
+    result: str
+    """Admitted, Queued, Unschedulable, Preempting or Error."""
+    message: str = ""
+    """The reason, as written in the job's condition."""
+
+
+@contextmanager
+def _timed(step: str) -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        metrics.ADMISSION_STEP_SECONDS.labels(step).observe(time.perf_counter() - start)
+
+
+class Admission:
+    """The leader's admission cycle and the eviction of gangs it preempts."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        quota: QuotaPort,
+        placement: PlacementPort,
+        kube: KubePort,
+        *,
+        master_port: int = DEFAULT_MASTER_PORT,
+        clock: Clock = utcnow,
+    ) -> None:
+        self.cache = cache
+        self.quota = quota
+        self.placement = placement
+        self.kube = kube
+        self.master_port = master_port
+        self.clock = clock
+        self._preempting: dict[str, frozenset[str]] = {}
+        """Preemptor UID → UIDs of the victims it is waiting for."""
+
+    # -- housekeeping before a cycle -------------------------------------------------------------
+    def sync_queues(self) -> list[str]:
+        """Rebuild the quota tree from the cached queues and re-take the quota of holding jobs.
+
+        Run after a queue change and when this replica becomes leader: the tree is derived state,
+        the API (queues + admitted jobs' status) is the truth.
+        """
+        problems = self.quota.set_queues(list(self.cache.queues.values()))
+        for problem in problems:
+            log.error("GPUQueue tree problem: %s", problem)
+        for job in self.cache.holding():
+            verdict = self.quota.admit(job)
+            if not verdict.ok:
+                # Queues shrank under running gangs: keep them running (evicting is a policy
+                # decision for preemption, not for a resync) and say so.
+                log.warning(
+                    "job %s holds more than queue %s now allows: %s", job.key, job.queue, verdict.reason
+                )
+        self.cache.queues_changed = False
+        return problems
+
+    async def release_deleted(self) -> None:
+        """Give back the reservation and quota of jobs deleted since the last cycle."""
+        while self.cache.deleted:
+            uid = self.cache.deleted.pop()
+            self.quota.release(uid)
+            await self.placement.release(uid)
+
+    # -- the cycle -------------------------------------------------------------------------------
+    async def run_cycle(self) -> list[Outcome]:
+        """One pass over the queue heads; returns what happened to each."""
+        if self.cache.queues_changed:
+            self.sync_queues()
+        await self.release_deleted()
+        pending = self.cache.pending()
+        self._export_queue_gauges(pending)
+        # (1) Order: heads of the leaf queues, fair share first.
+        with _timed("order"):
+            heads = self.quota.order(pending)
+        outcomes = []
+        for job in heads:
+            outcomes.append(await self.try_admit(job))
+        head_uids = {job.uid for job in heads}
+        for job in pending:
+            if job.uid not in head_uids and job.phase is Phase.PENDING:
+                await self._mark_waiting(
+                    job,
+                    Phase.QUEUED,
+                    "WaitingInQueue",
+                    f"waiting in queue {job.queue} behind jobs admitted first",
+                )
+        return outcomes
+
+    async def try_admit(self, job: JobView) -> Outcome:
+        """Steps 2 to 5 for one queue head."""
+        excluded = frozenset(job.status.get("excludedNodes") or ())
+        preferred = job.status.get("preferredDomain")
+
+        # (2) Quota up the GPUQueue tree.
+        with _timed("quota"):
+            verdict = self.quota.can_admit(job)
+        if verdict.never:
+            await self._mark_waiting(job, Phase.UNSCHEDULABLE, "ExceedsQueueCapacity", verdict.reason)
+            return Outcome(job.key, "Unschedulable", verdict.reason)
+        waiting_for = self._preempting.get(job.uid)
+        if waiting_for and any(self.cache.pods.get(uid) for uid in waiting_for):
+            # Their GPUs are not free until their pods are gone; planning now would race them.
+            return await self._queued(job, "Preempting", "waiting for preempted gangs to terminate")
+        if not verdict.ok:
+            message = f"waiting for quota in queue {job.queue}: {verdict.reason}"
+            return await self._preempt_or_queue(job, "QuotaExhausted", message)
+
+        # (3) Plan the whole gang, take the quota, reserve the placement.
+        with _timed("plan"):
+            plan = await self.placement.plan(job, excluded_nodes=excluded, preferred_domain=preferred)
+        if plan.placement is None:
+            return await self._preempt_or_queue(job, "InsufficientGPUs", f"waiting for GPUs: {plan.reason}")
+        taken = self.quota.admit(job)
+        if not taken.ok:
+            return await self._queued(
+                job, "QuotaExhausted", f"waiting for quota in queue {job.queue}: {taken.reason}"
+            )
+        with _timed("reserve"):
+            reserved = await self.placement.reserve(job, plan.placement)
+        if not reserved.ok:
+            self.quota.release(job.uid)
+            return await self._queued(job, "ReservationFailed", f"waiting for GPUs: {reserved.reason}")
+
+        # (4) Record the admission: assume, then confirm in the API.
+        try:
+            with _timed("record"):
+                admitted = await self._record_admission(job, plan.placement)
+        except Exception as exc:
+            log.exception("recording the admission of %s failed; undoing", job.key)
+            self.cache.forget(job.uid)
+            await self.placement.release(job.uid)
+            self.quota.release(job.uid)
+            return Outcome(job.key, "Error", f"recording the admission failed: {exc}")
+
+        # (5) Create the framework objects and every pod of the gang.
+        with _timed("create"):
+            error = await self.create_gang(admitted, plan.placement)
+        if error is not None:
+            await self._undo_admission(admitted, error)
+            return Outcome(job.key, "Error", error)
+        self._preempting.pop(job.uid, None)
+        metrics.JOBS_ADMITTED.labels(job.queue).inc()
+        metrics.QUEUE_WAIT_SECONDS.labels(job.queue).observe(
+            max((self.clock() - job.created).total_seconds(), 0)
+        )
+        message = f"admitted to queue {job.queue} on {len(plan.placement.nodes)} nodes" + (
+            f" in {plan.placement.domain}" if plan.placement.domain else ""
+        )
+        await self.kube.event(admitted, "Admitted", message)
+        log.info("admitted %s: %s", job.key, message)
+        return Outcome(job.key, "Admitted", message)
+
+    async def _record_admission(self, job: JobView, placement: GangPlacement) -> JobView:
+        now = self.clock()
+        message = f"admitted to queue {job.queue}; creating {job.replicas} pods"
+        status = transition(
+            job.status, Phase.ADMITTED, "Admitted", message, now=now, observed_generation=job.generation
+        )
+        status["placement"] = placement.to_status()
+        status["admission"] = {"admittedAt": now_rfc3339(now), "attempt": job.attempt}
+        status["readyReplicas"] = 0
+        assumed = self.cache.assume(job, status)
+        await self.kube.patch_job_status(job, status)
+        return assumed
+
+    async def create_gang(self, job: JobView, placement: GangPlacement) -> str | None:
+        """Step 5: create the gang's objects (idempotent); returns an error message or None.
+
+        Also used by the supervisor for an admission recorded by a leader that died before step 5.
+        """
+        objects = build_gang(job, placement, master_port=self.master_port)
+        try:
+            for extra in (objects.service, objects.config_map):
+                if extra is not None:
+                    await self.kube.create(extra)
+            # Every pod at once: the gang is placed and reserved, so nothing waits for siblings.
+            await asyncio.gather(*(self.kube.create(pod) for pod in objects.pods))
+        except Exception as exc:
+            log.exception("creating the gang of %s failed", job.key)
+            return f"creating pods failed: {exc}"
+        created = {"admission": {**(job.admission or {}), "podsCreatedAt": now_rfc3339(self.clock())}}
+        self.cache.assume(job, created)
+        try:
+            await self.kube.patch_job_status(job, created)
+        except Exception as exc:
+            log.warning("could not record podsCreatedAt for %s: %s", job.key, exc)
+        return None
+
+    async def _undo_admission(self, job: JobView, error: str) -> None:
+        await self.teardown(job)
+        self.cache.forget(job.uid)
+        patch = transition(
+            job.status, Phase.QUEUED, "AdmissionFailed", f"requeued: {error}", now=self.clock()
+        )
+        patch.update({"placement": None, "admission": None})
+        self.cache.assume(job, patch)
+        try:
+            await self.kube.patch_job_status(job, patch)
+        except Exception:
+            log.exception("could not reset the status of %s after a failed admission", job.key)
+
+    async def teardown(self, job: JobView, *, keep_finished_pods: bool = False) -> None:
+        """Delete the gang's pods (all at once) and release its reservation and quota."""
+        pods = self.cache.pods_of(job.uid)
+        doomed = [p for p in pods if not (keep_finished_pods and p.phase in ("Succeeded", "Failed"))]
+        names = {p.name for p in doomed}
+        if not keep_finished_pods:
+            # Pods the cache has not seen yet (just created) are deleted by their deterministic names.
+            names |= {f"{job.name}-{i}" for i in range(job.replicas)}
+        results = await asyncio.gather(
+            *(self.kube.delete("Pod", job.namespace, name) for name in sorted(names)), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                log.error("deleting a pod of %s failed: %s", job.key, result)
+        await self.placement.release(job.uid)
+        self.quota.release(job.uid)
+
+    # -- waiting and preemption ------------------------------------------------------------------
+    async def _preempt_or_queue(self, job: JobView, reason: str, message: str) -> Outcome:
+        victims = await self._choose_victims(job)
+        if not victims:
+            return await self._queued(job, reason, message)
+        for victim, why in victims:
+            await self.evict(victim, preemptor=job, why=why)
+        self._preempting[job.uid] = frozenset(v.uid for v, _ in victims)
+        names = ", ".join(v.key for v, _ in victims)
+        await self.kube.event(job, "Preempting", f"evicting {len(victims)} gang(s) to make room: {names}")
+        await self._mark_waiting(job, Phase.QUEUED, "Preempting", f"{message}; preempting {names}")
+        return Outcome(job.key, "Preempting", names)
+
+    async def _choose_victims(self, job: JobView) -> list[tuple[JobView, str]]:
+        with _timed("preempt"):
+            candidates = self.quota.preemption_candidates(job)
+            if not candidates:
+                return []
+            by_uid = {c.job.uid: c for c in candidates}
+            chosen = await self.placement.what_if(job, [c.job for c in candidates])
+            if not chosen:
+                return []
+            unknown = [uid for uid in chosen if uid not in by_uid]
+            if unknown:
+                # The extender may only pick among what policy allows; anything else is a bug there.
+                log.error("WhatIf for %s returned non-candidates %s; not preempting", job.key, unknown)
+                return []
+            if not self.quota.can_admit_without(job, chosen).ok:
+                return []
+            return [(by_uid[uid].job, by_uid[uid].why) for uid in chosen]
+
+    async def evict(self, victim: JobView, *, preemptor: JobView, why: str) -> None:
+        """Evict ``victim`` whole for ``preemptor`` and requeue it, saying who and why."""
+        await self.teardown(victim)
+        message = f"preempted by {preemptor.key} {why}".rstrip()
+        now = self.clock()
+        status = transition(victim.status, Phase.QUEUED, "Preempted", f"requeued: {message}", now=now)
+        status["conditions"] = set_condition(
+            status["conditions"], CondType.PREEMPTED, True, "Preempted", message, now=now
+        )
+        status.update({"placement": None, "admission": None, "readyReplicas": 0})
+        self.cache.assume(victim, status)
+        await self.kube.patch_job_status(victim, status)
+        await self.kube.event(victim, "Preempted", message, warning=True)
+        metrics.JOBS_PREEMPTED.labels(victim.queue).inc()
+        log.info("evicted %s: %s", victim.key, message)
+
+    async def _queued(self, job: JobView, reason: str, message: str) -> Outcome:
+        await self._mark_waiting(job, Phase.QUEUED, reason, message)
+        return Outcome(job.key, "Queued", message)
+
+    async def _mark_waiting(self, job: JobView, phase: Phase, reason: str, message: str) -> None:
+        cond_type = CondType.UNSCHEDULABLE if phase is Phase.UNSCHEDULABLE else CondType.QUEUED
+        current = get_condition(job.status.get("conditions") or [], cond_type)
+        if job.phase is phase and current is not None and current.get("message") == message:
+            return  # nothing new to tell; avoid a write per cycle per waiting job
+        patch = transition(
+            job.status, phase, reason, message, now=self.clock(), observed_generation=job.generation
+        )
+        if phase is Phase.UNSCHEDULABLE:
+            await self.kube.event(job, reason, message, warning=True)
+        self.cache.assume(job, patch)
+        try:
+            await self.kube.patch_job_status(job, patch)
+        except Exception:
+            self.cache.forget(job.uid)
+            log.exception("could not mark %s %s", job.key, phase.value)
+
+    def _export_queue_gauges(self, pending: Sequence[JobView]) -> None:
+        counts: dict[str, int] = {name: 0 for name in self.cache.queues}
+        for job in pending:
+            counts[job.queue] = counts.get(job.queue, 0) + 1
+        for queue, count in counts.items():
+            metrics.QUEUE_PENDING_JOBS.labels(queue).set(count)
+
+
+def requeue_patch(
+    job: JobView, reason: str, message: str, now: dt.datetime, *, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Status for a gang sent back to its queue (restart, timeout): no placement, no admission."""
+    patch = transition(job.status, Phase.QUEUED, reason, message, now=now)
+    patch.update({"placement": None, "admission": None, "readyReplicas": 0})
+    if extra:
+        patch.update(extra)
+    return patch

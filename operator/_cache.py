@@ -1,0 +1,164 @@
+"""The operator's long-lived view of the cluster, fed by watches (Kueue's cache, in small).
+
+Every replica keeps it current from Kopf's watch events, so a standby that becomes leader already
+knows every job, pod and queue. The leader's cycles read it instead of listing the API; writes go to
+the API and come back through the watch. Between a write and its echo, ``assume`` records what the
+leader just decided (assume-then-confirm), so the next cycle does not admit the same job twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from kubegang.operator._conditions import Phase
+from kubegang.operator._gang_objects import LABEL_JOB_UID
+from kubegang.operator._job import JobSpecError, JobView, job_view
+from kubegang.operator._lifecycle import PodState, pod_state
+
+HOLDING_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING})
+WAITING_PHASES = frozenset({Phase.PENDING, Phase.QUEUED, Phase.UNSCHEDULABLE})
+
+
+@dataclasses.dataclass
+class ClusterCache:
+    """Jobs, their pods, queues and priority classes as last seen, plus the leader's assumptions."""
+
+    jobs: dict[str, JobView] = dataclasses.field(default_factory=dict)
+    """GPUJobs by UID."""
+    invalid_jobs: dict[str, str] = dataclasses.field(default_factory=dict)
+    """UIDs of GPUJobs the operator cannot read, with the error (reported once as a condition)."""
+    pods: dict[str, dict[str, PodState]] = dataclasses.field(default_factory=dict)
+    """Pods per job UID, by pod name."""
+    queues: dict[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """GPUQueue objects by name."""
+    priorities: dict[str, int] = dataclasses.field(default_factory=dict)
+    """PriorityClass values by name."""
+    assumed: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """Status the leader wrote but has not yet seen echoed, by job UID."""
+    deleted: set[str] = dataclasses.field(default_factory=set)
+    """UIDs of deleted jobs whose reservation and quota the leader has still to release."""
+    queues_changed: bool = True
+    """The queue tree must be rebuilt before the next admission."""
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    """Set by every change; the leader's loops wait on it."""
+
+    # -- fed by watches -------------------------------------------------------------------------
+    def upsert_job(self, body: Mapping[str, Any]) -> JobView | None:
+        """Record a GPUJob; returns None (and remembers the error) when its spec is unusable."""
+        uid = str((body.get("metadata") or {}).get("uid", ""))
+        try:
+            view = job_view(body)
+        except JobSpecError as exc:
+            self.invalid_jobs[uid] = str(exc)
+            self.jobs.pop(uid, None)
+            self.wake.set()
+            return None
+        self.invalid_jobs.pop(uid, None)
+        self.jobs[view.uid] = view
+        # The echo confirms the assumption once the API shows what was assumed.
+        assumed = self.assumed.get(view.uid)
+        if assumed is not None and all(view.status.get(k) == v for k, v in assumed.items()):
+            self.assumed.pop(view.uid, None)
+        self.wake.set()
+        return view
+
+    def remove_job(self, uid: str) -> None:
+        """Forget a deleted GPUJob and remember to release what it held."""
+        if self.jobs.pop(uid, None) is not None:
+            self.deleted.add(uid)
+        self.invalid_jobs.pop(uid, None)
+        self.assumed.pop(uid, None)
+        self.wake.set()
+
+    def upsert_pod(self, body: Mapping[str, Any]) -> None:
+        """Record a pod of a gang (pods without the job-uid label are ignored)."""
+        uid = ((body.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_UID)
+        if not uid:
+            return
+        state = pod_state(body)
+        self.pods.setdefault(uid, {})[state.name] = state
+        self.wake.set()
+
+    def remove_pod(self, body: Mapping[str, Any]) -> None:
+        """Forget a deleted pod."""
+        meta = body.get("metadata") or {}
+        uid = (meta.get("labels") or {}).get(LABEL_JOB_UID)
+        if not uid:
+            return
+        pods = self.pods.get(uid, {})
+        pods.pop(str(meta.get("name", "")), None)
+        if not pods:
+            self.pods.pop(uid, None)
+        self.wake.set()
+
+    def upsert_queue(self, body: Mapping[str, Any]) -> None:
+        """Record a GPUQueue; a spec change marks the tree for a rebuild."""
+        name = str((body.get("metadata") or {}).get("name", ""))
+        old = self.queues.get(name)
+        if old is None or old.get("spec") != body.get("spec"):
+            self.queues_changed = True
+        self.queues[name] = body
+        self.wake.set()
+
+    def remove_queue(self, name: str) -> None:
+        """Forget a deleted GPUQueue."""
+        if self.queues.pop(name, None) is not None:
+            self.queues_changed = True
+        self.wake.set()
+
+    def set_priority(self, name: str, value: int | None) -> None:
+        """Record (or, with None, forget) a PriorityClass value."""
+        if value is None:
+            self.priorities.pop(name, None)
+        else:
+            self.priorities[name] = value
+
+    # -- read by the leader ---------------------------------------------------------------------
+    def assume(self, job: JobView, status: Mapping[str, Any]) -> JobView:
+        """Overlay ``status`` on ``job`` until the watch echoes it; returns the assumed view."""
+        base = self.jobs.get(job.uid, job).status
+        merged = {**base, **self.assumed.get(job.uid, {}), **status}
+        self.assumed[job.uid] = merged
+        return dataclasses.replace(job, status=merged)
+
+    def forget(self, uid: str) -> None:
+        """Drop an assumption that was not confirmed (the write failed)."""
+        self.assumed.pop(uid, None)
+
+    def job(self, uid: str) -> JobView | None:
+        """The job with ``uid``, with any assumption applied."""
+        view = self.jobs.get(uid)
+        assumed = self.assumed.get(uid)
+        if view is not None and assumed is not None:
+            return dataclasses.replace(view, status={**view.status, **assumed})
+        return view
+
+    def all_jobs(self) -> Iterator[JobView]:
+        """Every readable job, with assumptions applied."""
+        for uid in list(self.jobs):
+            view = self.job(uid)
+            if view is not None:
+                yield view
+
+    def pods_of(self, uid: str) -> list[PodState]:
+        """The pods of job ``uid`` as last seen."""
+        return list(self.pods.get(uid, {}).values())
+
+    def pending(self) -> list[JobView]:
+        """Jobs waiting for admission: not suspended, holding nothing, no pods of theirs left."""
+        return [
+            job
+            for job in self.all_jobs()
+            if job.phase in WAITING_PHASES and not job.suspend and not self.pods.get(job.uid)
+        ]
+
+    def holding(self) -> list[JobView]:
+        """Jobs that hold quota and a placement (Admitted or Running)."""
+        return [job for job in self.all_jobs() if job.phase in HOLDING_PHASES]
+
+    def priority_of(self, job: JobView) -> int:
+        """The job's priority value (0 without, or with an unknown, priorityClassName)."""
+        return self.priorities.get(job.priority_class or "", 0)

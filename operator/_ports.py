@@ -1,0 +1,119 @@
+"""The three things the operator talks to, as small interfaces.
+
+The admission cycle and the gang supervisor are written against these Protocols, so they are tested
+with in-memory fakes and wired in production to the core quota tree (``_adapters.QuotaBook``), the
+extender's gRPC client (``_adapters.ExtenderPlacement``) and the Kubernetes API (``_kube.KubeApi``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from kubegang.operator._job import JobView
+from kubegang.operator._types import GangPlacement, PlanResult, Verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A running gang the quota policy allows a waiting job to evict, and why."""
+
+    job: JobView
+    """The gang that may be evicted."""
+    why: str
+    """The policy that allows it, as the victim's condition will say ("to reclaim nominal quota")."""
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueUsage:
+    """What a GPUQueue's status reports."""
+
+    usage: Mapping[str, int]
+    """GPUs in use per flavour (admitted jobs of this queue and its descendants)."""
+    borrowed: Mapping[str, int]
+    """GPUs used above nominal quota per flavour."""
+    fair_share: float = 0.0
+    """The queue's current (dominant) share, weighted."""
+
+
+class QuotaPort(Protocol):
+    """Hierarchical quota: who may run, and in which order."""
+
+    def set_queues(self, queues: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Replace the tree with these GPUQueue objects; return the problems found (empty if valid)."""
+        ...
+
+    def order(self, pending: Sequence[JobView]) -> list[JobView]:
+        """The heads of the leaf queues among ``pending``, in fair-share order."""
+        ...
+
+    def can_admit(self, job: JobView) -> Verdict:
+        """Whether ``job`` fits in quota up the tree now (``never`` when it cannot ever)."""
+        ...
+
+    def admit(self, job: JobView) -> Verdict:
+        """Take ``job``'s quota up the tree atomically, or refuse with a reason."""
+        ...
+
+    def release(self, job_uid: str) -> None:
+        """Give back the quota of ``job_uid`` (no-op when it holds none)."""
+        ...
+
+    def can_admit_without(self, job: JobView, evicted: Sequence[str]) -> Verdict:
+        """Whether ``job`` would fit in quota if the gangs with UIDs ``evicted`` gave theirs back."""
+        ...
+
+    def preemption_candidates(self, job: JobView) -> list[Candidate]:
+        """Admitted gangs the queues' preemption policies allow ``job`` to evict, cheapest first."""
+        ...
+
+    def usage(self) -> Mapping[str, QueueUsage]:
+        """Per-queue usage for GPUQueue status."""
+        ...
+
+
+class PlacementPort(Protocol):
+    """The extender's Placement service: where a gang goes."""
+
+    async def plan(
+        self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None
+    ) -> PlanResult:
+        """A placement for the whole gang now, or the reason there is none."""
+        ...
+
+    async def reserve(self, job: JobView, placement: GangPlacement) -> Verdict:
+        """Hold ``placement`` for ``job`` (keyed by UID, TTL-bound until its pods exist)."""
+        ...
+
+    async def release(self, job_uid: str) -> None:
+        """Drop the reservation of ``job_uid`` (no-op when there is none)."""
+        ...
+
+    async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> list[str] | None:
+        """UIDs of the smallest set of ``candidates`` whose eviction makes ``job`` placeable, or None."""
+        ...
+
+
+class KubePort(Protocol):
+    """The Kubernetes writes the operator makes."""
+
+    async def create(self, manifest: Mapping[str, Any]) -> bool:
+        """Create ``manifest``; True if created, False if it already existed (success either way)."""
+        ...
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        """Delete a namespaced object (Pod, Service, ConfigMap, GPUJob); NotFound is success."""
+        ...
+
+    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any]) -> None:
+        """Merge-patch ``job``'s status subresource."""
+        ...
+
+    async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch a GPUQueue's status subresource."""
+        ...
+
+    async def event(self, job: JobView, reason: str, message: str, *, warning: bool = False) -> None:
+        """Record an Event on ``job`` (best effort: failures are logged, never raised)."""
+        ...

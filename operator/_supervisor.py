@@ -1,0 +1,133 @@
+"""Carries out the gang state machine's decisions for every job (the leader's second loop).
+
+``_lifecycle.decide`` says what to do; this module does it against the ports: delete the whole gang,
+release its reservation and quota, write status, record events, count restarts. It also finishes
+admissions a previous leader recorded but did not get to create pods for (step 5 of the cycle).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kubegang.operator import _metrics as metrics
+from kubegang.operator._admission import Admission, requeue_patch
+from kubegang.operator._conditions import Phase, now_rfc3339, transition
+from kubegang.operator._job import JobView
+from kubegang.operator._lifecycle import Action, Decision, decide
+from kubegang.operator._types import GangPlacement
+
+log = logging.getLogger("kubegang.operator.supervisor")
+
+
+class Supervisor:
+    """Applies lifecycle decisions; shares the admission's ports, cache and clock."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+        self.cache = admission.cache
+        self.kube = admission.kube
+
+    async def run_pass(self) -> float | None:
+        """Look at every job once; returns the seconds until a timer is due (None: no timer)."""
+        next_due: float | None = None
+        for job in list(self.cache.all_jobs()):
+            try:
+                decision = await self.supervise(job)
+            except Exception:
+                log.exception("supervising %s failed; retrying next pass", job.key)
+                continue
+            if decision.recheck_after is not None:
+                next_due = (
+                    decision.recheck_after if next_due is None else min(next_due, decision.recheck_after)
+                )
+        return next_due
+
+    async def supervise(self, job: JobView) -> Decision:
+        """Decide and act for one job."""
+        now = self.admission.clock()
+        decision = decide(job, self.cache.pods_of(job.uid), now)
+        for name in decision.stale_pods:
+            await self.kube.delete("Pod", job.namespace, name)
+        action = decision.action
+        if action is Action.PROGRESS:
+            await self._progress(job, decision)
+        elif action is Action.SUCCEED:
+            await self._finish(job, Phase.SUCCEEDED, decision)
+        elif action is Action.FAIL:
+            await self._finish(job, Phase.FAILED, decision)
+        elif action in (Action.RESTART, Action.TIMEOUT):
+            await self._requeue(job, decision)
+        elif action is Action.SUSPEND:
+            await self.admission.teardown(job)
+            await self._write(
+                job,
+                transition(job.status, Phase.SUSPENDED, decision.reason, decision.message, now=now)
+                | {"placement": None, "admission": None, "readyReplicas": 0},
+            )
+            await self.kube.event(job, "Suspended", decision.message)
+        elif action is Action.RESUME:
+            await self._write(
+                job, transition(job.status, Phase.QUEUED, decision.reason, decision.message, now=now)
+            )
+        elif action is Action.EXPIRE:
+            log.info("deleting %s: %s", job.key, decision.message)
+            await self.kube.delete("GPUJob", job.namespace, job.name)
+        return decision
+
+    async def _progress(self, job: JobView, decision: Decision) -> None:
+        if (
+            job.admission is not None
+            and "podsCreatedAt" not in job.admission
+            and not self.cache.pods_of(job.uid)
+        ):
+            placement_raw = job.status.get("placement")
+            if placement_raw:
+                log.info("finishing the admission of %s (pods not created yet)", job.key)
+                error = await self.admission.create_gang(job, GangPlacement.from_status(placement_raw))
+                if error:
+                    log.error("could not create the gang of %s: %s", job.key, error)
+                return
+        patch: dict[str, Any] = {}
+        if job.status.get("readyReplicas") != decision.ready:
+            patch["readyReplicas"] = decision.ready
+        if decision.running and job.phase is not Phase.RUNNING:
+            now = self.admission.clock()
+            message = f"all {job.replicas} replicas running"
+            patch |= transition(job.status, Phase.RUNNING, "AllReplicasRunning", message, now=now)
+            patch["startTime"] = now_rfc3339(now)
+        if patch:
+            await self._write(job, patch)
+
+    async def _finish(self, job: JobView, phase: Phase, decision: Decision) -> None:
+        await self.admission.teardown(job, keep_finished_pods=True)
+        now = self.admission.clock()
+        patch = transition(job.status, phase, decision.reason, decision.message, now=now)
+        patch.update({"completionTime": now_rfc3339(now), "readyReplicas": decision.ready})
+        await self._write(job, patch)
+        await self.kube.event(job, decision.reason, decision.message, warning=phase is Phase.FAILED)
+
+    async def _requeue(self, job: JobView, decision: Decision) -> None:
+        await self.admission.teardown(job)
+        # The next attempt's pods carry a new attempt label, so leftovers are never counted.
+        extra: dict[str, Any] = {"attempt": job.attempt + 1}
+        if decision.action is Action.RESTART:
+            extra["restarts"] = job.restarts + 1
+            placement = job.status.get("placement") or {}
+            if placement.get("domain"):
+                extra["preferredDomain"] = placement["domain"]
+        else:
+            excluded = set(job.status.get("excludedNodes") or ()) | decision.excluded_nodes
+            extra["excludedNodes"] = sorted(excluded)
+        patch = requeue_patch(job, decision.reason, decision.message, self.admission.clock(), extra=extra)
+        await self._write(job, patch)
+        await self.kube.event(job, decision.reason, decision.message, warning=True)
+        metrics.GANG_RESTARTS.labels(decision.reason).inc()
+
+    async def _write(self, job: JobView, patch: dict[str, Any]) -> None:
+        self.cache.assume(job, patch)
+        try:
+            await self.kube.patch_job_status(job, patch)
+        except Exception:
+            self.cache.forget(job.uid)
+            raise

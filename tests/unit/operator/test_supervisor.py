@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from kubegang.operator._lifecycle import Action
+
+NODES = {f"node-{i}": 8 for i in range(4)}
+
+
+async def admitted_world(make_world: Any, job_body: Any, **spec: Any) -> Any:
+    w = make_world({"team-a": 32}, NODES)
+    job = w.submit(job_body("train", replicas=3, gpus=8, framework="torchrun", **spec))
+    await w.admission.run_cycle()
+    return w, job
+
+
+async def test_failed_worker_restarts_whole_gang_preferring_its_domain(
+    make_world: Any, job_body: Any
+) -> None:
+    w, job = await admitted_world(make_world, job_body)
+    w.echo_pods()
+    await w.supervisor.supervise(w.cache.job(job.uid))
+    assert w.last_status("team-a/train")["phase"] == "Running"
+
+    failed = next(p for p in w.kube.pods() if p["metadata"]["name"] == "train-1")
+    w.cache.upsert_pod(
+        {
+            **failed,
+            "spec": {"nodeName": "node-1"},
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [{"state": {"terminated": {"exitCode": 1, "reason": "Error"}}}],
+            },
+        }
+    )
+    decision = await w.supervisor.supervise(w.cache.job(job.uid))
+    assert decision.action is Action.RESTART
+    assert {n for k, _, n in w.kube.deleted if k == "Pod"} >= {"train-0", "train-1", "train-2"}
+    status = w.last_status("team-a/train")
+    assert (status["phase"], status["restarts"], status["attempt"], status["preferredDomain"]) == (
+        "Queued",
+        1,
+        1,
+        "leaf-1",
+    )
+    assert w.quota.held == {} and w.placement.reserved == {}
+
+    # Re-admission waits until the old pods are gone, then prefers the same domain and relabels pods.
+    assert await w.admission.run_cycle() == []
+    w.drop_deleted_pods()
+    w.kube.objects.clear()
+    [outcome] = await w.admission.run_cycle()
+    assert outcome.result == "Admitted"
+    assert w.placement.plans[-1][2] == "leaf-1"
+    assert {p["metadata"]["labels"]["kubegang.io/attempt"] for p in w.kube.pods()} == {"1"}
+
+
+async def test_restart_limit_fails_job_with_reason(make_world: Any, job_body: Any) -> None:
+    w, job = await admitted_world(make_world, job_body, restartLimit=0)
+    w.echo_pods()
+    pod = next(p for p in w.kube.pods() if p["metadata"]["name"] == "train-2")
+    w.cache.upsert_pod(
+        {
+            **pod,
+            "status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 1}}}]},
+        }
+    )
+    await w.supervisor.supervise(w.cache.job(job.uid))
+    status = w.last_status("team-a/train")
+    assert status["phase"] == "Failed"
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert failed["message"] == "restartLimit 0 reached: worker 2 failed (exit code 1)"
+    assert "completionTime" in status
+    assert w.quota.held == {}
+
+
+async def test_gang_timeout_requeues_with_unbound_nodes_excluded(make_world: Any, job_body: Any) -> None:
+    w, job = await admitted_world(make_world, job_body, gangTimeoutSeconds=10)
+    w.echo_pods(phase="Pending", bound=False)
+    w.admission.clock = lambda: dt.datetime.now(dt.UTC) + dt.timedelta(seconds=11)
+    decision = await w.supervisor.supervise(w.cache.job(job.uid))
+    assert decision.action is Action.TIMEOUT
+    status = w.last_status("team-a/train")
+    assert status["phase"] == "Queued"
+    assert status["excludedNodes"] == ["node-0", "node-1", "node-2"]
+    assert status.get("restarts") is None  # a timeout is not a failure of the workload
+    w.drop_deleted_pods()
+    w.kube.objects.clear()
+    await w.admission.run_cycle()
+    assert w.placement.plans[-1][1] == {"node-0", "node-1", "node-2"}
+
+
+async def test_new_leader_finishes_an_admission_without_duplicates(make_world: Any, job_body: Any) -> None:
+    w, job = await admitted_world(make_world, job_body)
+    created = len(w.kube.pods())
+    # A leader died after step 4: the status records the placement but not podsCreatedAt, no pods seen.
+    view = w.cache.job(job.uid)
+    admission = {k: v for k, v in view.status["admission"].items() if k != "podsCreatedAt"}
+    w.cache.assumed.clear()
+    w.cache.upsert_job(
+        {
+            **job_body("train", replicas=3, gpus=8, framework="torchrun"),
+            "status": {**view.status, "admission": admission},
+        }
+    )
+    await w.supervisor.supervise(w.cache.job(job.uid))
+    assert len(w.kube.pods()) == created == 3
+    assert "podsCreatedAt" in w.last_status("team-a/train")["admission"]
+
+
+async def test_suspend_releases_everything(make_world: Any, job_body: Any) -> None:
+    w, job = await admitted_world(make_world, job_body)
+    w.cache.assumed.clear()
+    body = job_body("train", replicas=3, gpus=8, framework="torchrun", suspend=True)
+    w.cache.upsert_job({**body, "status": w.last_status("team-a/train")})
+    await w.supervisor.supervise(w.cache.job(job.uid))
+    assert w.last_status("team-a/train")["phase"] == "Suspended"
+    assert w.quota.held == {} and w.placement.reserved == {}
+    assert w.kube.pods() == []

@@ -1,0 +1,42 @@
+"""The gang placement engine: where a whole gang fits, on a transactional snapshot.
+
+Public API::
+
+    GangRequest, Toleration, MILLI          what a gang asks for
+    Snapshot, Allocation, Checkpoint         cluster state with checkpoint / rollback / commit
+    plan(gang, snapshot) -> Placement | Unplaceable
+    feasible_nodes, node_score, node_scores  the extender's filter / prioritize helpers
+    largest_placeable                        fragmentation metric per level
+"""
+
+from kubegang.placement._fit import node_reason, pods_fit
+from kubegang.placement._metrics import largest_placeable
+from kubegang.placement._plan import explain_node, plan
+from kubegang.placement._request import MILLI, GangRequest, Toleration
+from kubegang.placement._result import Placement, PlanResult, PodAssignment, Unplaceable
+from kubegang.placement._single import MAX_SCORE, UNKNOWN_NODE, feasible_nodes, node_score, node_scores
+from kubegang.placement._snapshot import Allocation, AllocationError, Checkpoint, Snapshot
+
+__all__ = [
+    "MAX_SCORE",
+    "MILLI",
+    "UNKNOWN_NODE",
+    "Allocation",
+    "AllocationError",
+    "Checkpoint",
+    "GangRequest",
+    "Placement",
+    "PlanResult",
+    "PodAssignment",
+    "Snapshot",
+    "Toleration",
+    "Unplaceable",
+    "explain_node",
+    "feasible_nodes",
+    "largest_placeable",
+    "node_reason",
+    "node_score",
+    "node_scores",
+    "plan",
+    "pods_fit",
+]

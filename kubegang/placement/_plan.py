@@ -1,0 +1,179 @@
+"""``plan(gang, snapshot)``: the narrowest domain that holds the whole gang, best fit within it.
+
+Search, narrowest level first (node, NVLink domain, leaf, spine, block, cluster; never wider than
+the gang's required level):
+
+1. From the capacity index, the upper bound of pods each domain holds (GPUs only; O(max GPUs per
+   node) per domain). Only "proper" domains (two or more children) are scanned above the node
+   level; at the node level the free-count buckets give best-fit candidates directly.
+2. Candidates whose bound reaches the gang's size are tried tightest first (best fit: smallest
+   room, then fewest free GPUs), so large domains stay free for large gangs.
+3. The exact check (``_fill.measure``) applies every constraint to the candidate's members; the
+   first candidate that holds the gang is filled by ``_fill.choose_nodes``.
+
+The first level with a fitting domain is the gang's span; since the exact check is exact for
+identical pods, the span is optimal. Nothing is allocated: callers apply the placement to the
+snapshot (``Snapshot.allocate_all(placement.allocations(gang))``) when they decide to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from kubegang.levels import Level
+from kubegang.placement._fill import DomainFit, choose_nodes, measure
+from kubegang.placement._fit import (
+    flavour_words,
+    gpu_words,
+    node_reason,
+    pods_fit,
+    static_reason,
+    whole_free_positions,
+)
+from kubegang.placement._request import MILLI, GangRequest
+from kubegang.placement._result import Placement, PlanResult, PodAssignment, Unplaceable
+from kubegang.placement._snapshot import Snapshot
+from kubegang.topology import FABRIC_LEVELS, FlavourCapacity
+
+
+def plan(gang: GangRequest, snapshot: Snapshot) -> PlanResult:
+    """A placement for every pod of ``gang`` in one domain, or why there is none."""
+    if gang.fractional:
+        return _plan_fraction(gang, snapshot)
+    top = gang.required_level if gang.required_level is not None else Level.CLUSTER
+    cap = snapshot.capacity.get(gang.flavour)
+    if cap is None:
+        return Unplaceable(gang.id, f"no node has {flavour_words(gang)} GPUs", top)
+    static_ok: dict[int, str | None] = {}
+    best: DomainFit | None = None
+    for level in FABRIC_LEVELS:
+        if level > top:
+            break
+        for domain in _candidates(cap, snapshot, gang, level):
+            fit = measure(snapshot, gang, level, domain, static_ok)
+            if fit.pods >= gang.pods:
+                return _placement(snapshot, gang, fit)
+            if best is None or fit.pods >= best.pods:
+                best = fit
+    return _unplaceable(snapshot, gang, cap, top, best)
+
+
+def _candidates(cap: FlavourCapacity, snapshot: Snapshot, gang: GangRequest, level: Level) -> Iterator[int]:
+    """Domains at ``level`` whose GPU upper bound holds the gang, tightest first (lazily)."""
+    g, p = gang.gpus_per_pod, gang.pods
+    if level is Level.NODE:
+        leaf_of = snapshot.topology.domain_of[Level.LEAF]
+        leaf_full = cap.full_nodes[Level.LEAF]
+        for free in range(g * p, len(cap.by_free)):
+            # Same room in a bucket: prefer leaves with fewer whole free nodes (keep those for gangs).
+            yield from sorted(cap.by_free[free], key=lambda n: (leaf_full[leaf_of[n]], n))
+        return
+    scored = []
+    for d in snapshot.topology.proper[level]:
+        room = cap.pods_fit(level, d, g)
+        if room >= p:
+            scored.append((room, cap.free_sum[level][d], d))
+    scored.sort()
+    for _, _, d in scored:
+        yield d
+
+
+def _placement(snapshot: Snapshot, gang: GangRequest, fit: DomainFit) -> Placement:
+    topo = snapshot.topology
+    assignments: list[PodAssignment] = []
+    g = gang.gpus_per_pod
+    for n, count in choose_nodes(snapshot, gang, fit, gang.pods):
+        positions = whole_free_positions(snapshot, n, gang)[: count * g]
+        devices = [topo.nodes[n].gpus[p].index for p in positions]
+        for i in range(count):
+            pod_gpus = tuple(devices[i * g:(i + 1) * g])
+            assignments.append(PodAssignment(len(assignments), topo.nodes[n].name, pod_gpus))
+    cap = snapshot.capacity.flavours[gang.flavour]
+    room = cap.free[fit.domain] if fit.level is Level.NODE else cap.free_sum[fit.level][fit.domain]
+    return Placement(
+        gang_id=gang.id,
+        assignments=tuple(assignments),
+        level=fit.level,
+        domain=topo.domain_names[fit.level][fit.domain],
+        score=_score(fit.level, gang.total_gpus, room),
+        preferred_met=gang.preferred_level is None or fit.level <= gang.preferred_level,
+    )
+
+
+def _score(level: Level, used: int, room: int) -> float:
+    narrow = (Level.CLUSTER - level) / (Level.CLUSTER - Level.NODE)
+    tight = used / room if room else 1.0
+    return round(0.5 * narrow + 0.5 * min(tight, 1.0), 4)
+
+
+def _unplaceable(snapshot: Snapshot, gang: GangRequest, cap: FlavourCapacity, top: Level,
+                 best: DomainFit | None) -> Unplaceable:
+    topo = snapshot.topology
+    g, p = gang.gpus_per_pod, gang.pods
+    where = "the cluster" if top is Level.CLUSTER else f"one {top.label}"
+    whole_nodes = g >= topo.max_gpus_per_node
+    need = f"needs {p} {'nodes' if whole_nodes else 'pods'} x {gpu_words(gang, g)} in {where}"
+    if top is Level.NODE:
+        most = max((f for f, nodes in enumerate(cap.by_free) if nodes), default=0)
+        bound, domain = most // g, min(cap.by_free[most], default=-1)
+    else:
+        bound, domain = max(((cap.pods_fit(top, d, g), d) for d in range(topo.domain_count(top))),
+                            key=lambda pair: (pair[0], -pair[1]), default=(0, -1))
+    if domain < 0:
+        return Unplaceable(gang.id, f"{need}; no {flavour_words(gang)} GPU is free", top)
+    name = topo.domain_names[top][domain]
+    label = "cluster" if top is Level.CLUSTER else f"best {top.label} ({name})"
+    has = f"the {label} has {bound} such nodes free" if whole_nodes else f"the {label} has room for {bound}"
+    room = bound
+    if bound >= p and best is not None:
+        # Free GPUs would do; other constraints (taints, selector, CPU...) blocked the rest.
+        room = best.pods
+        blocked = ", ".join(f"{count} by {kind}" for kind, count in best.blocked.most_common())
+        has += f" by GPU count, but at most {best.pods} usable" + (f" ({blocked})" if blocked else "")
+    return Unplaceable(gang.id, f"{need}; {has}", top, name, room)
+
+
+def _plan_fraction(gang: GangRequest, snapshot: Snapshot) -> PlanResult:
+    """One pod sharing a GPU: the tightest shared GPU, else a whole GPU on the fullest node."""
+    topo = snapshot.topology
+    want = gang.gpu_fraction_milli
+    key = gang.flavour
+    best: tuple[int, int, int, int] | None = None  # (free milli, whole free on node, node, position)
+    cap = snapshot.capacity.get(key)
+    for n in sorted(snapshot.partial_nodes):
+        if static_reason(topo.nodes[n], gang) is not None or not pods_fit(snapshot, n, gang):
+            continue
+        for position, free in enumerate(snapshot.gpu_milli[n]):
+            if want <= free < MILLI and key in snapshot.gpu_keys[n][position]:
+                cand = (free, cap.free[n] if cap else 0, n, position)
+                if best is None or cand < best:
+                    best = cand
+    if best is None and cap is not None:
+        for free in range(1, len(cap.by_free)):
+            for n in sorted(cap.by_free[free]):
+                if static_reason(topo.nodes[n], gang) is None and pods_fit(snapshot, n, gang):
+                    best = (MILLI, free, n, whole_free_positions(snapshot, n, gang)[0])
+                    break
+            if best is not None:
+                break
+    if best is None:
+        return Unplaceable(
+            gang.id,
+            f"needs {want}/1000 of one {flavour_words(gang)} GPU; no eligible node has that much free",
+            Level.NODE,
+        )
+    _, _, n, position = best
+    node = topo.nodes[n]
+    return Placement(
+        gang_id=gang.id,
+        assignments=(PodAssignment(0, node.name, (node.gpus[position].index,), want),),
+        level=Level.NODE,
+        domain=node.name,
+        score=_score(Level.NODE, want, best[0]),
+        preferred_met=True,
+    )
+
+
+def explain_node(gang: GangRequest, snapshot: Snapshot, node: str) -> str | None:
+    """Why ``node`` cannot take one pod of ``gang`` now, or None."""
+    return node_reason(snapshot, snapshot.topology.node_number[node], gang)

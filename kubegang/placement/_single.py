@@ -1,0 +1,72 @@
+"""Per-node answers for kube-scheduler's extender verbs: filter (with reasons) and prioritize.
+
+kube-scheduler asks about one pod at a time over a list of nodes. ``feasible_nodes`` gives the
+nodes that take the pod now and a reason for every node that does not; ``node_score`` ranks the
+feasible ones 0..10 so the default scheduler packs like the gang engine does: fill GPUs and nodes
+already in use, and keep leaves with many whole free nodes for gangs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kubegang.levels import Level
+from kubegang.placement._fit import node_reason
+from kubegang.placement._request import MILLI, GangRequest
+from kubegang.placement._snapshot import Snapshot
+
+MAX_SCORE = 10
+"""kube-scheduler's extender scores are 0..10."""
+
+UNKNOWN_NODE = "node has no GPUs known to kubegang"
+
+
+def feasible_nodes(pod: GangRequest, snapshot: Snapshot,
+                   node_names: Iterable[str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """(nodes that take one pod of ``pod`` now, {node: reason} for the others), in input order."""
+    number = snapshot.topology.node_number
+    names = node_names if node_names is not None else (n.name for n in snapshot.topology.nodes)
+    ok: list[str] = []
+    failed: dict[str, str] = {}
+    for name in names:
+        n = number.get(name)
+        reason = UNKNOWN_NODE if n is None else node_reason(snapshot, n, pod)
+        if reason is None:
+            ok.append(name)
+        else:
+            failed[name] = reason
+    return ok, failed
+
+
+def node_score(pod: GangRequest, snapshot: Snapshot, node: str) -> int:
+    """0..10, higher is better; 0 when the node cannot take the pod at all."""
+    n = snapshot.topology.node_number.get(node)
+    if n is None or node_reason(snapshot, n, pod) is not None:
+        return 0
+    cap = snapshot.capacity.get(pod.flavour)
+    if cap is None or not cap.total[n]:
+        return 0
+    total, free = cap.total[n], cap.free[n]
+    topo = snapshot.topology
+    leaf = topo.domain_of[Level.LEAF][n]
+    leaf_nodes = len(topo.members[Level.LEAF][leaf])
+    # Leaves with many whole free nodes are what big gangs need: steer small pods elsewhere.
+    leaf_term = 1.0 - cap.full_nodes[Level.LEAF][leaf] / leaf_nodes
+    if pod.fractional:
+        shared = [f for p, f in enumerate(snapshot.gpu_milli[n])
+                  if pod.gpu_fraction_milli <= f < MILLI and pod.flavour in snapshot.gpu_keys[n][p]]
+        # Sharing a GPU already shared beats breaking a whole one; the tighter the better.
+        gpu_term = 1.0 - (min(shared) - pod.gpu_fraction_milli) / MILLI if shared else 0.0
+        after = free - (0 if shared else 1)
+        node_term = 1.0 - after / total
+        value = 0.5 * gpu_term + 0.3 * node_term + 0.2 * leaf_term
+    else:
+        after = free - pod.gpus_per_pod
+        node_term = 1.0 - after / total
+        value = 0.6 * node_term + 0.4 * leaf_term
+    return max(1, min(MAX_SCORE, round(MAX_SCORE * value)))
+
+
+def node_scores(pod: GangRequest, snapshot: Snapshot, node_names: Iterable[str]) -> dict[str, int]:
+    """``node_score`` for each node (the prioritize verb)."""
+    return {name: node_score(pod, snapshot, name) for name in node_names}

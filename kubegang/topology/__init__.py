@@ -1,0 +1,57 @@
+"""The topology: from node facts and labels to a validated graph and a compiled index.
+
+Public API::
+
+    NodeInfo, GPUInfo, Taint            what the core knows about a node
+    TopologyLabels, PRESETS             which labels name leaf / spine / block (cloud presets)
+    build_graph, validate_graph         the networkx tree, checked (TopologyError)
+    compile_index -> TopologyIndex      integer arrays for the hot path
+    CapacityIndex                       free GPUs per flavour/level/domain, updated in O(levels)
+    uniform_fabric                      regular fabrics for tests, benchmarks and the simulator
+"""
+
+from kubegang.topology._capacity import (
+    ANY_FLAVOUR,
+    CapacityIndex,
+    FlavourCapacity,
+    flavour_key,
+    gpu_keys,
+)
+from kubegang.topology._graph import (
+    CLUSTER_ID,
+    UNLABELLED_PREFIX,
+    TopologyError,
+    Vertex,
+    build_graph,
+    domain_chain,
+    validate_graph,
+)
+from kubegang.topology._index import FABRIC_LEVELS, TopologyIndex, compile_index, level_span
+from kubegang.topology._labels import PRESETS, TopologyLabels
+from kubegang.topology._model import GPUInfo, NodeInfo, Taint
+from kubegang.topology._synthetic import uniform_fabric
+
+__all__ = [
+    "ANY_FLAVOUR",
+    "CLUSTER_ID",
+    "FABRIC_LEVELS",
+    "PRESETS",
+    "UNLABELLED_PREFIX",
+    "CapacityIndex",
+    "FlavourCapacity",
+    "GPUInfo",
+    "NodeInfo",
+    "Taint",
+    "TopologyError",
+    "TopologyIndex",
+    "TopologyLabels",
+    "Vertex",
+    "build_graph",
+    "compile_index",
+    "domain_chain",
+    "flavour_key",
+    "gpu_keys",
+    "level_span",
+    "uniform_fabric",
+    "validate_graph",
+]

@@ -472,10 +472,14 @@ def _describe_potential(limit: _Limit, flavor: str, most: int) -> str:
     n = limit.node
     if limit.kind == "borrowingLimit":
         return f"quota {n.quota[flavor]} + borrowingLimit {n.borrowing[flavor]} of queue {n.name}"
-    kept = n.quota[flavor] - most
-    if kept > 0:
-        return f"{n.name}'s tree has {n.quota[flavor]}, of which other queues keep {kept} for themselves"
-    return f"{n.name}'s tree has {n.quota[flavor]} in all"
+    total = _total_nominal(n, flavor)
+    if total > most:
+        return f"{n.name}'s tree has {total}, of which other queues keep {total - most} for themselves"
+    return f"{n.name}'s tree has {total} in all"
+
+
+def _total_nominal(node: _Node, flavor: str) -> int:
+    return node.nominal[flavor] + sum(_total_nominal(c, flavor) for c in node.children)
 
 
 def _clean_usage(usage: Mapping[str, int]) -> dict[str, int]:

@@ -1,0 +1,140 @@
+"""Any NVML call may fail on real hardware: the node is still published, the failure is listed in
+``status.unknown``, and nothing else is lost."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from kubegang.agent import build_status, node_labels, parse_dump
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+Load = Callable[[str], dict[str, Any]]
+
+ERRORS: dict[str, dict[str, Any]] = {
+    "NotSupported": {"code": 3, "error": "NVMLError_NotSupported", "msg": "Not Supported"},
+    "NoPermission": {"code": 4, "error": "NVMLError_NoPermission", "msg": "Insufficient Permissions"},
+    "InvalidArgument": {"code": 2, "error": "NVMLError_InvalidArgument", "msg": "Invalid Argument"},
+    "GpuIsLost": {"code": 15, "error": "NVMLError_GpuIsLost", "msg": "GPU is lost"},
+    "TypeError": {"error": "TypeError", "msg": "missing 1 required positional argument"},
+}
+# Dump key → the ``unknown`` entry it must produce when it fails.
+READINGS = {
+    "UUID": "uuid",
+    "Name": "product",
+    "MemoryInfo": "memory",
+    "CudaComputeCapability": "computeCapability",
+    "MigMode": "migMode",
+    "gpuInstanceProfiles": "migProfiles",
+    "PciInfo": "pciBusId",
+    "MemoryAffinity": "numaNode",
+    "CpuAffinity": "cpuAffinity",
+    "nvlinks": "nvlink",
+    "GpuFabricInfoV": "fabric",
+    "EccErrors": "ecc",
+    "RetiredPagesPendingStatus": "retiredPagesPending",
+    "RemappedRows": "remappedRows",
+    "Temperature": "temperature",
+    "XidEvents": "xidEvents",
+}
+
+
+@pytest.mark.parametrize("error", sorted(ERRORS))
+@pytest.mark.parametrize("key", sorted(READINGS))
+def test_one_failed_call_costs_one_reading(load_dump_fixture: Load, key: str, error: str) -> None:
+    dump = load_dump_fixture("hgx-h100-8gpu")
+    dump["devices"][2][key] = ERRORS[error]
+    status = build_status(parse_dump(dump), now=NOW)
+
+    assert len(status.gpus) == 8
+    unknown = {u.what: u.reason for u in status.unknown}
+    assert unknown[f"gpu2.{READINGS[key]}"].startswith(ERRORS[error]["error"])
+    assert not any(w.startswith(("gpu1.", "gpu3.")) and "retired" not in w for w in unknown)
+    # The other GPUs keep everything; the failing GPU keeps its other readings.
+    assert status.gpus[3].uuid and status.gpus[3].nvlink_peers
+    if key != "UUID":
+        assert status.gpus[2].uuid is not None
+    ready = next(c for c in status.conditions if c.type == "Ready")
+    assert ready.status == "True"
+    node_labels(status)  # labels still computable
+
+
+@pytest.mark.parametrize("key", sorted(READINGS))
+def test_a_missing_key_is_unknown_not_a_crash(load_dump_fixture: Load, key: str) -> None:
+    dump = load_dump_fixture("gb200-nvl72-tray")
+    del dump["devices"][0][key]
+    status = build_status(parse_dump(dump), now=NOW)
+    assert any(u.what == f"gpu0.{READINGS[key]}" and "not recorded" in u.reason for u in status.unknown)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("MemoryInfo", {"total": "lots"}),
+        ("CudaComputeCapability", [9]),
+        ("MigMode", "on"),
+        ("PciInfo", {}),
+        ("CpuAffinity", [0, 0]),
+        ("MemoryAffinity", [3]),
+        ("GpuFabricInfoV", {"clusterUuid": [1, 2], "cliqueId": 1, "state": 3, "status": 0}),
+        ("RemappedRows", [0, 0]),
+        ("Temperature", 31.5),
+        ("XidEvents", ["79"]),
+        ("nvlinks", {"state": 1}),
+    ],
+)
+def test_malformed_values_are_unknown(load_dump_fixture: Load, key: str, value: Any) -> None:
+    dump = load_dump_fixture("hgx-h100-8gpu")
+    dump["devices"][0][key] = value
+    status = build_status(parse_dump(dump), now=NOW)
+    assert any(u.what == f"gpu0.{READINGS[key]}" and "malformed" in u.reason for u in status.unknown)
+    assert len(status.gpus) == 8
+
+
+def test_a_gpu_whose_handle_fails_is_listed_unhealthy(load_dump_fixture: Load) -> None:
+    dump = load_dump_fixture("hgx-h100-8gpu")
+    dump["devices"][5] = {"index": 5, "handle": ERRORS["GpuIsLost"]}
+    status = build_status(parse_dump(dump), now=NOW)
+    lost = status.gpus[5]
+    assert lost.index == 5 and lost.uuid is None and not lost.health.healthy
+    assert "GPU is lost" in lost.health.reasons[0]
+    assert all(g.health.healthy for g in status.gpus if g.index != 5)
+    assert node_labels(status)["nvidia.com/gpu.count"] == "8"  # the GPU is there, just sick
+
+
+def test_nvml_init_failure_publishes_a_not_ready_node() -> None:
+    dump = {
+        "init": {"code": 9, "error": "NVMLError_DriverNotLoaded", "msg": "Driver Not Loaded"},
+        "devices": [],
+    }
+    status = build_status(parse_dump(dump), now=NOW)
+    conditions = {c.type: c for c in status.conditions}
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == ("False", "NVMLUnavailable")
+    assert "Driver Not Loaded" in conditions["Ready"].message
+    assert conditions["GPUHealthy"].status == "Unknown"
+    assert status.gpus == [] and status.nvlink_domain is None
+
+
+def test_every_link_refused_is_one_unknown_and_nonexistent_links_are_not(load_dump_fixture: Load) -> None:
+    h200 = build_status(parse_dump(load_dump_fixture("h200-sxm-1gpu")), now=NOW)
+    assert [u.reason for u in h200.unknown if u.what == "gpu0.nvlink"] == [
+        "NVMLError_NotSupported: Not Supported (all 36 links)"
+    ]
+    # Links 18..35 of an H100 answer InvalidArgument: they do not exist, which is not unknown.
+    h100 = build_status(parse_dump(load_dump_fixture("hgx-h100-8gpu")), now=NOW)
+    assert not any(u.what.endswith(".nvlink") for u in h100.unknown)
+
+
+def test_the_legacy_fabric_call_is_used_when_the_versioned_one_fails(load_dump_fixture: Load) -> None:
+    dump = load_dump_fixture("gb200-nvl72-tray")
+    for device in dump["devices"]:
+        legacy = dict(device["GpuFabricInfoV"])
+        for key in ("version", "healthMask", "healthSummary"):
+            legacy.pop(key)
+        device["GpuFabricInfo"] = legacy
+        device["GpuFabricInfoV"] = ERRORS["NotSupported"]
+    status = build_status(parse_dump(dump), now=NOW)
+    assert status.nvlink_domain is not None and status.nvlink_domain.health is None

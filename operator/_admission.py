@@ -45,6 +45,10 @@ from kubegang.operator._types import GangPlacement
 
 log = logging.getLogger("kubegang.operator.admission")
 
+_NOT_ADMITTED: dict[str, Any] = {"admittedAt": None, "podsCreatedAt": None, "readyReplicas": 0}
+"""Status fields cleared when a job gives its admission back. ``placement`` stays: its domain is
+preferred when the gang is placed again, and a new admission overwrites it."""
+
 Clock = Callable[[], dt.datetime]
 
 
@@ -151,8 +155,8 @@ class Admission:
 
     async def try_admit(self, job: JobView) -> Outcome:
         """Steps 2 to 5 for one queue head."""
-        excluded = frozenset(job.status.get("excludedNodes") or ())
-        preferred = job.status.get("preferredDomain")
+        excluded = job.excluded_nodes
+        preferred = job.previous_domain
 
         # (2) Quota up the GPUQueue tree.
         with _timed("quota"):
@@ -220,8 +224,10 @@ class Admission:
             job.status, Phase.ADMITTED, "Admitted", message, now=now, observed_generation=job.generation
         )
         status["placement"] = placement.to_status()
-        status["admission"] = {"admittedAt": now_rfc3339(now), "attempt": job.attempt}
+        status["admittedAt"] = now_rfc3339(now)
+        status["podsCreatedAt"] = None
         status["readyReplicas"] = 0
+        status["totalGPUs"] = job.total_gpus
         assumed = self.cache.assume(job, status)
         await self.kube.patch_job_status(job, status)
         return assumed
@@ -241,7 +247,7 @@ class Admission:
         except Exception as exc:
             log.exception("creating the gang of %s failed", job.key)
             return f"creating pods failed: {exc}"
-        created = {"admission": {**(job.admission or {}), "podsCreatedAt": now_rfc3339(self.clock())}}
+        created = {"podsCreatedAt": now_rfc3339(self.clock())}
         self.cache.assume(job, created)
         try:
             await self.kube.patch_job_status(job, created)
@@ -255,7 +261,7 @@ class Admission:
         patch = transition(
             job.status, Phase.QUEUED, "AdmissionFailed", f"requeued: {error}", now=self.clock()
         )
-        patch.update({"placement": None, "admission": None})
+        patch.update(_NOT_ADMITTED)
         self.cache.assume(job, patch)
         try:
             await self.kube.patch_job_status(job, patch)
@@ -319,7 +325,7 @@ class Admission:
         status["conditions"] = set_condition(
             status["conditions"], CondType.PREEMPTED, True, "Preempted", message, now=now
         )
-        status.update({"placement": None, "admission": None, "readyReplicas": 0})
+        status.update(_NOT_ADMITTED)
         self.cache.assume(victim, status)
         await self.kube.patch_job_status(victim, status)
         await self.kube.event(victim, "Preempted", message, warning=True)
@@ -360,7 +366,7 @@ def requeue_patch(
 ) -> dict[str, Any]:
     """Status for a gang sent back to its queue (restart, timeout): no placement, no admission."""
     patch = transition(job.status, Phase.QUEUED, reason, message, now=now)
-    patch.update({"placement": None, "admission": None, "readyReplicas": 0})
+    patch.update(_NOT_ADMITTED)
     if extra:
         patch.update(extra)
     return patch

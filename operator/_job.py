@@ -1,8 +1,8 @@
 """The operator's read-only view of one GPUJob.
 
-The controllers need a dozen facts about a job (its gang shape, queue, limits) and its identity.
-Reading them in one place means every controller agrees on defaults, and a malformed object is
-refused once, with an error that names the field, rather than deep inside a handler.
+The spec is parsed by the API model (``kubegang.api.GPUJob``, the same rules as the CRD schema), so
+defaults and GPU counting are defined once. Status is kept as the raw mapping the API returned: the
+operator writes it, and reads back only the fields it wrote.
 """
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from kubegang.operator._conditions import Phase, parse_rfc3339
+import pydantic
 
-GPU_RESOURCE = "nvidia.com/gpu"
+from kubegang.api import GPUJob
+from kubegang.operator._conditions import Phase
 
-FRAMEWORKS = ("none", "torchrun", "mpi")
+DEFAULT_FLAVOR = "nvidia.com/gpu"
+"""The quota flavour of a job that names no ``gpuProduct`` in a tree that has several flavours."""
 
 
 class JobSpecError(ValueError):
@@ -40,13 +42,17 @@ class JobView:
     replicas: int
     """spec.replicas: pods in the gang."""
     gpus_per_replica: int
-    """GPUs each pod gets (spec.gpusPerReplica, or the template's nvidia.com/gpu limit)."""
+    """Whole GPUs each pod gets (spec.gpusPerReplica, or the template's nvidia.com/gpu limit)."""
+    gpu_product: str | None
+    """spec.gpuProduct: the GPU model, which is also the job's quota flavour."""
     template: Mapping[str, Any]
     """spec.template: the per-replica pod template."""
     queue: str
     """spec.queue: the leaf GPUQueue the job enters."""
     priority_class: str | None
     """spec.priorityClassName, copied onto every pod."""
+    priority: int | None
+    """spec.priority: overrides the PriorityClass value for queueing and preemption."""
     framework: str
     """spec.framework: none, torchrun or mpi."""
     required_level: str | None
@@ -88,85 +94,65 @@ class JobView:
         return int(self.status.get("restarts") or 0)
 
     @property
-    def attempt(self) -> int:
-        """status.attempt: bumped whenever the gang is torn down and requeued (labels its pods)."""
-        return int(self.status.get("attempt") or 0)
+    def admitted_at(self) -> str | None:
+        """status.admittedAt: set while the job holds an admission."""
+        value = self.status.get("admittedAt")
+        return str(value) if value else None
 
     @property
-    def admission(self) -> Mapping[str, Any] | None:
-        """status.admission: the recorded admission (placement, admitted time), if any."""
-        value = self.status.get("admission")
-        return value if isinstance(value, Mapping) else None
+    def attempt(self) -> str:
+        """Identity of the current admission, stamped on its pods (label kubegang.io/attempt).
 
+        Derived from ``admittedAt`` so it survives a leader change without a status field of its own;
+        pods of any other attempt are stale.
+        """
+        return "".join(ch for ch in (self.admitted_at or "none") if ch.isalnum())
 
-def _int_field(spec: Mapping[str, Any], field: str, default: int | None, minimum: int) -> int | None:
-    value = spec.get(field, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise JobSpecError(f"spec.{field} must be an integer >= {minimum}, got {value!r}")
-    return value
+    @property
+    def excluded_nodes(self) -> frozenset[str]:
+        """status.excludedNodes: nodes that failed to bind this gang in time."""
+        return frozenset(self.status.get("excludedNodes") or ())
 
-
-def _template_gpus(template: Mapping[str, Any]) -> int:
-    total = 0
-    for container in (template.get("spec") or {}).get("containers") or []:
-        limits = ((container or {}).get("resources") or {}).get("limits") or {}
-        raw = limits.get(GPU_RESOURCE)
-        if raw is None:
-            continue
-        try:
-            total += int(str(raw))
-        except ValueError:
-            raise JobSpecError(
-                f"spec.template.spec.containers[].resources.limits[{GPU_RESOURCE}] must be a whole "
-                f"number, got {raw!r}"
-            ) from None
-    return total
+    @property
+    def previous_domain(self) -> str | None:
+        """status.placement.domain: where the gang last ran (preferred again after a restart)."""
+        placement = self.status.get("placement")
+        return placement.get("domain") if isinstance(placement, Mapping) else None
 
 
 def job_view(body: Mapping[str, Any]) -> JobView:
     """The view of a GPUJob object; JobSpecError names the first field it cannot use."""
-    meta = body.get("metadata") or {}
-    spec = body.get("spec") or {}
+    try:
+        model = GPUJob.model_validate({k: v for k, v in body.items() if k != "status"})
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise JobSpecError(f"{field}: {first['msg']}") from None
+    meta = model.metadata
+    spec = model.spec
     for field in ("name", "namespace", "uid"):
-        if not meta.get(field):
+        if not getattr(meta, field):
             raise JobSpecError(f"metadata.{field} is required")
-    replicas = _int_field(spec, "replicas", None, 1)
-    if replicas is None:
-        raise JobSpecError("spec.replicas is required (an integer >= 1)")
-    template = spec.get("template") or {}
-    if not isinstance(template, Mapping):
-        raise JobSpecError("spec.template must be a pod template object")
-    gpus = _int_field(spec, "gpusPerReplica", None, 0)
-    if gpus is None:
-        gpus = _template_gpus(template)
-    queue = spec.get("queue")
-    if not isinstance(queue, str) or not queue:
-        raise JobSpecError("spec.queue is required: the name of a leaf GPUQueue")
-    framework = spec.get("framework") or "none"
-    if framework not in FRAMEWORKS:
-        raise JobSpecError(f"spec.framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    topology = spec.get("topology") or {}
-    created_raw = meta.get("creationTimestamp")
-    created = parse_rfc3339(created_raw) if created_raw else dt.datetime.now(dt.UTC)
+    raw_spec = body.get("spec") or {}
     return JobView(
-        name=str(meta["name"]),
-        namespace=str(meta["namespace"]),
-        uid=str(meta["uid"]),
-        generation=int(meta.get("generation") or 1),
-        created=created,
-        replicas=replicas,
-        gpus_per_replica=gpus,
-        template=template,
-        queue=queue,
-        priority_class=spec.get("priorityClassName"),
-        framework=str(framework),
-        required_level=topology.get("required"),
-        preferred_level=topology.get("preferred"),
-        restart_limit=_int_field(spec, "restartLimit", 3, 0) or 0,
-        gang_timeout_seconds=_int_field(spec, "gangTimeoutSeconds", 300, 1) or 300,
-        suspend=bool(spec.get("suspend", False)),
-        ttl_seconds_after_finished=_int_field(spec, "ttlSecondsAfterFinished", None, 0),
+        name=str(meta.name),
+        namespace=str(meta.namespace),
+        uid=str(meta.uid),
+        generation=int(meta.generation or 1),
+        created=meta.creation_timestamp or dt.datetime.now(dt.UTC),
+        replicas=spec.replicas,
+        gpus_per_replica=spec.whole_gpus_per_replica(),
+        gpu_product=spec.gpu_product,
+        template=raw_spec.get("template") or {},
+        queue=spec.queue,
+        priority_class=spec.priority_class_name,
+        priority=spec.priority,
+        framework=spec.framework,
+        required_level=spec.topology.required,
+        preferred_level=spec.topology.preferred,
+        restart_limit=spec.restart_limit,
+        gang_timeout_seconds=spec.gang_timeout_seconds,
+        suspend=spec.suspend,
+        ttl_seconds_after_finished=spec.ttl_seconds_after_finished,
         status=body.get("status") or {},
     )

@@ -37,8 +37,8 @@ class PodState:
     """Pod name."""
     index: int
     """Replica index (label kubegang.io/replica-index)."""
-    attempt: int
-    """Gang attempt the pod belongs to (label kubegang.io/attempt)."""
+    attempt: str
+    """Admission the pod belongs to (label kubegang.io/attempt, see ``JobView.attempt``)."""
     phase: str
     """status.phase: Pending, Running, Succeeded, Failed or Unknown."""
     planned_node: str | None
@@ -75,7 +75,7 @@ def pod_state(body: Mapping[str, Any]) -> PodState:
     return PodState(
         name=str(meta.get("name", "")),
         index=_int_or(labels.get(LABEL_REPLICA_INDEX), -1),
-        attempt=_int_or(labels.get(LABEL_ATTEMPT), 0),
+        attempt=str(labels.get(LABEL_ATTEMPT, "")),
         phase=str(status.get("phase") or "Pending"),
         planned_node=(meta.get("annotations") or {}).get(ANNOTATION_NODE),
         bound_node=spec.get("nodeName"),
@@ -164,7 +164,7 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
         return Decision(Action.RESUME, "Resumed", "spec.suspend is false: back in queue " + job.queue)
 
     if phase in FINISHED_PHASES:
-        finished = _timestamp(job.status, "completionTime")
+        finished = _timestamp(job.status, "finishedAt")
         if job.ttl_seconds_after_finished is not None and finished is not None:
             left = (finished - now).total_seconds() + job.ttl_seconds_after_finished
             if left <= 0:
@@ -179,7 +179,7 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
     if not holds:
         return Decision(Action.NONE, stale_pods=stale)
 
-    created = _timestamp(job.status, "admission", "podsCreatedAt")
+    created = _timestamp(job.status, "podsCreatedAt")
     ready = sum(1 for p in current.values() if p.ready)
     all_running = len(current) == job.replicas and all(p.phase == "Running" for p in current.values())
 

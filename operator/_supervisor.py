@@ -63,7 +63,7 @@ class Supervisor:
             await self._write(
                 job,
                 transition(job.status, Phase.SUSPENDED, decision.reason, decision.message, now=now)
-                | {"placement": None, "admission": None, "readyReplicas": 0},
+                | {"admittedAt": None, "podsCreatedAt": None, "readyReplicas": 0},
             )
             await self.kube.event(job, "Suspended", decision.message)
         elif action is Action.RESUME:
@@ -76,11 +76,7 @@ class Supervisor:
         return decision
 
     async def _progress(self, job: JobView, decision: Decision) -> None:
-        if (
-            job.admission is not None
-            and "podsCreatedAt" not in job.admission
-            and not self.cache.pods_of(job.uid)
-        ):
+        if job.admitted_at and not job.status.get("podsCreatedAt") and not self.cache.pods_of(job.uid):
             placement_raw = job.status.get("placement")
             if placement_raw:
                 log.info("finishing the admission of %s (pods not created yet)", job.key)
@@ -95,7 +91,7 @@ class Supervisor:
             now = self.admission.clock()
             message = f"all {job.replicas} replicas running"
             patch |= transition(job.status, Phase.RUNNING, "AllReplicasRunning", message, now=now)
-            patch["startTime"] = now_rfc3339(now)
+            patch["startedAt"] = now_rfc3339(now)
         if patch:
             await self._write(job, patch)
 
@@ -103,19 +99,15 @@ class Supervisor:
         await self.admission.teardown(job, keep_finished_pods=True)
         now = self.admission.clock()
         patch = transition(job.status, phase, decision.reason, decision.message, now=now)
-        patch.update({"completionTime": now_rfc3339(now), "readyReplicas": decision.ready})
+        patch.update({"finishedAt": now_rfc3339(now), "readyReplicas": decision.ready})
         await self._write(job, patch)
         await self.kube.event(job, decision.reason, decision.message, warning=phase is Phase.FAILED)
 
     async def _requeue(self, job: JobView, decision: Decision) -> None:
         await self.admission.teardown(job)
-        # The next attempt's pods carry a new attempt label, so leftovers are never counted.
-        extra: dict[str, Any] = {"attempt": job.attempt + 1}
+        extra: dict[str, Any] = {}
         if decision.action is Action.RESTART:
             extra["restarts"] = job.restarts + 1
-            placement = job.status.get("placement") or {}
-            if placement.get("domain"):
-                extra["preferredDomain"] = placement["domain"]
         else:
             excluded = set(job.status.get("excludedNodes") or ()) | decision.excluded_nodes
             extra["excludedNodes"] = sorted(excluded)

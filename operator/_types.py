@@ -32,6 +32,8 @@ class GangPlacement:
     """Slots ordered by replica index."""
     domain: str | None = None
     """The narrowest topology domain that holds the gang (preferred again on a restart)."""
+    level: str | None = None
+    """That domain's level name (node, nvlink, leaf, ...)."""
 
     @property
     def nodes(self) -> frozenset[str]:
@@ -41,6 +43,7 @@ class GangPlacement:
     def to_status(self) -> dict[str, Any]:
         """The form stored in GPUJob ``status.placement``."""
         return {
+            "level": self.level,
             "domain": self.domain,
             "pods": [{"index": s.index, "node": s.node, "gpus": list(s.gpus)} for s in self.slots],
         }
@@ -59,7 +62,11 @@ class GangPlacement:
                 )
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"status.placement.pods entry is malformed: {pod!r}") from None
-        return cls(slots=tuple(sorted(slots, key=lambda s: s.index)), domain=value.get("domain"))
+        return cls(
+            slots=tuple(sorted(slots, key=lambda s: s.index)),
+            domain=value.get("domain"),
+            level=value.get("level"),
+        )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ async def test_two_sixty_percent_gangs_one_runs_whole_other_waits_with_no_pods(
     status = w.last_status("team-a/first")
     assert status["phase"] == "Admitted"
     assert len(status["placement"]["pods"]) == 6
-    assert "podsCreatedAt" in status["admission"]
+    assert status["podsCreatedAt"] and status["admittedAt"] and status["totalGPUs"] == 48
 
     outcomes = await w.admission.run_cycle()
     assert [(o.job, o.result) for o in outcomes] == [("team-a/second", "Queued")]
@@ -62,7 +62,7 @@ async def test_failed_pod_creation_undoes_every_step(job_body: Any, make_world: 
     assert w.placement.free == NODES and w.placement.reserved == {}
     assert w.quota.held == {}
     status = w.last_status("team-a/train")
-    assert status["phase"] == "Queued" and status["placement"] is None
+    assert status["phase"] == "Queued" and status["admittedAt"] is None
 
     w.kube.fail_create = None
     [outcome] = await w.admission.run_cycle()

@@ -14,8 +14,15 @@ def test_view_reads_gpus_from_template_limit(job_body: Any) -> None:
     assert job.key == "team-a/train"
 
 
-def test_gpus_per_replica_overrides_template(job_body: Any) -> None:
-    assert job_view(job_body(gpus=8, gpusPerReplica=2)).gpus_per_replica == 2
+def test_gpus_per_replica_without_template_limit(job_body: Any) -> None:
+    body = job_body(gpusPerReplica=2)
+    del body["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert job_view(body).gpus_per_replica == 2
+
+
+def test_gpu_count_given_twice_is_refused(job_body: Any) -> None:
+    with pytest.raises(JobSpecError, match="give the GPU count in one place"):
+        job_view(job_body(gpus=8, gpusPerReplica=2))
 
 
 @pytest.mark.parametrize(

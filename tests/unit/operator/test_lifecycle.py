@@ -13,17 +13,18 @@ def admitted(job_body: Any, phase: str = "Admitted", restarts: int = 0, **spec: 
     status = {
         "phase": phase,
         "restarts": restarts,
-        "attempt": restarts,
-        "admission": {"podsCreatedAt": "2025-01-01T00:00:00Z"},
+        "admittedAt": f"2025-01-01T00:00:0{restarts}Z",
+        "podsCreatedAt": "2025-01-01T00:00:00Z",
     }
     return job_view(job_body(replicas=3, status=status, **spec))
 
 
 def pod(i: int, phase: str = "Running", *, bound: bool = True, attempt: int = 0, **kw: Any) -> PodState:
+    """A pod of the admission made ``attempt`` seconds after midnight (see ``admitted``)."""
     return PodState(
         name=f"train-{i}",
         index=i,
-        attempt=attempt,
+        attempt=f"20250101T00000{attempt}Z",
         phase=phase,
         planned_node=f"node-{i}",
         bound_node=f"node-{i}" if bound else None,
@@ -90,7 +91,7 @@ def test_suspend_releases_admitted_and_queued_jobs(job_body: Any) -> None:
 def test_ttl_after_finished(job_body: Any) -> None:
     job = job_view(
         job_body(
-            ttlSecondsAfterFinished=100, status={"phase": "Failed", "completionTime": "2025-01-01T00:00:00Z"}
+            ttlSecondsAfterFinished=100, status={"phase": "Failed", "finishedAt": "2025-01-01T00:00:00Z"}
         )
     )
     wait = decide(job, [], T0 + dt.timedelta(seconds=40))
@@ -112,7 +113,7 @@ def test_pod_state_reads_exit_code_and_labels() -> None:
         },
     }
     state = pod_state(body)
-    assert (state.index, state.attempt, state.exit_code, state.failure_reason) == (1, 2, 137, "OOMKilled")
+    assert (state.index, state.attempt, state.exit_code, state.failure_reason) == (1, "2", 137, "OOMKilled")
     assert state.planned_node == "n1" and state.bound_node == "n1"
 
 

@@ -102,10 +102,24 @@ GO
 
 # go install works for modules whose go.mod has no replace directives (kwok, helm).
 go_install() {
-  local what=$1 pkg=$2 v=$3 out=$4 bin=$5
+  local what=$1 pkg=$2 v=$3 out=$4 bin=$5 ld=${6:-}
   if [[ -x $out/$bin ]]; then log "$what $v: cached in $out"; return; fi
   mkdir -p "$out"; log "$what $v: go install $pkg@$v"
-  GOBIN="$out" go install -trimpath -ldflags "$LDSTRIP" "$pkg@$v" || die "$pkg@$v: go install failed (Go error above)"
+  GOBIN="$out" go install -trimpath -ldflags "$LDSTRIP $ld" "$pkg@$v" || die "$pkg@$v: go install failed (Go error above)"
+}
+
+# kwok's own stage definitions (node initialise + heartbeat with lease, fast pod lifecycle), taken
+# from the very module version we built, so our stages file only adds what kubegang needs.
+copy_kwok_stages() {
+  local dst; dst="$(kwok_bin_dir)/../stages"
+  [[ -f $dst/pod-ready.yaml ]] && return
+  local src; src="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
+  if [[ ! -d $src ]]; then ( cd "$(mktemp -d)" && go mod download "sigs.k8s.io/kwok@$KWOK_VERSION" ) \
+    || die "sigs.k8s.io/kwok@$KWOK_VERSION: cannot download its stage definitions"; fi
+  mkdir -p "$dst"
+  cp "$src/node/fast/node-initialize.yaml" "$src/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+     "$src/pod/fast/pod-ready.yaml" "$src/pod/fast/pod-delete.yaml" "$dst/"
+  chmod u+w "$dst"/*.yaml
 }
 
 command -v go >/dev/null || die "Go is not installed; it is needed to build the control plane"
@@ -114,5 +128,7 @@ t0=$(date +%s)
 build_kubernetes
 build_etcd
 go_install kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION" "$(kwok_bin_dir)" kwok
-go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$(helm_bin_dir)" helm
+copy_kwok_stages
+go_install helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" "$(helm_bin_dir)" helm \
+  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 log "control plane binaries ready in $KUBEGANG_CACHE ($(( $(date +%s) - t0 )) s)"

@@ -1,0 +1,29 @@
+# The README names two targets: `make demo` and `make test`. Everything else is a step of those.
+SHELL := /bin/bash
+VENV := .venv/bin
+
+.PHONY: test demo venv control-plane lint typecheck unit e2e crds proto clean-cluster
+
+test: venv control-plane lint unit e2e
+
+demo: venv control-plane
+	hack/demo.sh
+
+venv:
+	hack/bootstrap.sh
+
+control-plane:
+	hack/build-control-plane.sh
+
+lint: venv
+	$(VENV)/ruff check .
+	$(VENV)/mypy -p kubegang
+
+unit: venv
+	$(VENV)/pytest tests/unit
+
+e2e: venv control-plane
+	$(VENV)/pytest tests/e2e
+
+clean-cluster:
+	hack/cluster down

@@ -1,0 +1,526 @@
+"""The local control plane: real etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
+
+Why a script of our own instead of kind or kwokctl: no container images can be pulled here, and
+kwokctl's binary runtime downloads release binaries. Everything here runs the binaries that
+``hack/build-control-plane.sh`` built from the Go module proxy, as plain processes on loopback.
+
+State lives in one folder (``.cluster/`` unless KUBEGANG_CLUSTER_DIR says otherwise): certificates,
+etcd data, logs, one pid file per process, the admin kubeconfig and ``state.json`` with the ports.
+Processes are stopped by the pid recorded at start, never by name, so two clusters (or anything
+else on the machine) are never touched by mistake.
+
+Usage: hack/cluster up [--shape FILE ...] | down | status | env | nodes FILE ... | delete-nodes
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import ipaddress
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+HACK = Path(__file__).resolve().parent
+REPO = HACK.parent
+sys.path.insert(0, str(REPO))
+
+from kubegang.shapes import FAKE_NODE_LABEL, load_shape, node_manifest  # noqa: E402
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+CONTROLLERS = ",".join([
+    "garbage-collector-controller", "namespace-controller", "deployment-controller",
+    "replicaset-controller", "serviceaccount-controller", "serviceaccount-token-controller",
+    "daemonset-controller", "job-controller", "endpointslice-controller", "disruption-controller",
+    "ttl-after-finished-controller", "statefulset-controller",
+    # Removes the not-ready taint that admission puts on every new node once kwok reports Ready.
+    "node-lifecycle-controller",
+])
+
+
+def log(msg: str) -> None:
+    print(f"[cluster {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class ClusterError(RuntimeError):
+    """The control plane could not be started or reached; the message says which part and why."""
+
+
+def read_versions() -> dict[str, str]:
+    out = {}
+    for line in (HACK / "versions.env").read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("KUBEGANG_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kubegang"
+    return Path(base)
+
+
+def binary(name: str) -> Path:
+    v = read_versions()
+    folder = {
+        "etcd": f"etcd-{v['ETCD_VERSION']}", "kwok": f"kwok-{v['KWOK_VERSION']}",
+        "helm": f"helm-{v['HELM_VERSION']}",
+    }.get(name, f"kubernetes-{v['KUBERNETES_VERSION']}")
+    path = cache_dir() / folder / "bin" / name
+    if not path.exists():
+        raise ClusterError(f"{path} is missing: run hack/build-control-plane.sh first")
+    return path
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def pids(self) -> Path:
+        return self.root / "pids"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.json"
+
+
+def cluster_paths() -> Paths:
+    return Paths(Path(os.environ.get("KUBEGANG_CLUSTER_DIR") or REPO / ".cluster").resolve())
+
+
+# --- certificates --------------------------------------------------------------------------------
+
+def _key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _write_key(path: Path, key: Any) -> None:
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()))
+    path.chmod(0o600)
+
+
+def _cert(subject: x509.Name, key: Any, issuer: x509.Name, issuer_key: Any, *, ca: bool,
+          sans: list[x509.GeneralName] | None = None, client: bool = False) -> x509.Certificate:
+    now = dt.datetime.now(dt.UTC)
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=365))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if ca:
+        builder = builder.add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False),
+                                        critical=True)
+    else:
+        usage = [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [ExtendedKeyUsageOID.SERVER_AUTH]
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usage), critical=False)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _name(cn: str, org: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+    if org:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def make_pki(pki: Path) -> None:
+    """Cluster CA, apiserver serving cert, one client cert per component, service-account keys."""
+    pki.mkdir(parents=True, exist_ok=True)
+    ca_key = _key()
+    ca_name = _name("kubegang-dev-cluster-ca")
+    ca = _cert(ca_name, ca_key, ca_name, ca_key, ca=True)
+    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    _write_key(pki / "ca.key", ca_key)
+    sans: list[x509.GeneralName] = [
+        x509.DNSName("localhost"), x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default"),
+        x509.DNSName("kubernetes.default.svc"), x509.DNSName("kubernetes.default.svc.cluster.local"),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("10.96.0.1")),
+    ]
+    key = _key()
+    _write_key(pki / "apiserver.key", key)
+    (pki / "apiserver.crt").write_bytes(
+        _cert(_name("kube-apiserver"), key, ca_name, ca_key, ca=False, sans=sans).public_bytes(
+            serialization.Encoding.PEM))
+    for user, cn, org in (("admin", "kubernetes-admin", "system:masters"),
+                          ("controller-manager", "system:kube-controller-manager", None),
+                          ("scheduler", "system:kube-scheduler", None),
+                          ("kwok", "kwok-controller", "system:masters")):
+        key = _key()
+        _write_key(pki / f"{user}.key", key)
+        (pki / f"{user}.crt").write_bytes(
+            _cert(_name(cn, org), key, ca_name, ca_key, ca=False, client=True).public_bytes(
+                serialization.Encoding.PEM))
+    sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    _write_key(pki / "sa.key", sa)
+    (pki / "sa.pub").write_bytes(sa.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "kubegang-dev",
+        "clusters": [{"name": "kubegang-dev", "cluster": {
+            "server": server, "certificate-authority": str(pki / "ca.crt")}}],
+        "users": [{"name": user, "user": {
+            "client-certificate": str(pki / f"{user}.crt"), "client-key": str(pki / f"{user}.key")}}],
+        "contexts": [{"name": "kubegang-dev", "context": {"cluster": "kubegang-dev", "user": user}}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+
+
+# --- processes -----------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited, not yet reaped by us) counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def start(paths: Paths, name: str, argv: list[str]) -> int:
+    paths.logs.mkdir(parents=True, exist_ok=True)
+    paths.pids.mkdir(parents=True, exist_ok=True)
+    logf = (paths.logs / f"{name}.log").open("ab")
+    proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, cwd=paths.root)
+    (paths.pids / f"{name}.pid").write_text(str(proc.pid))
+    log(f"started {name} (pid {proc.pid}), log {paths.logs / (name + '.log')}")
+    return proc.pid
+
+
+def recorded_pid(paths: Paths, name: str) -> int | None:
+    try:
+        return int((paths.pids / f"{name}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def stop(paths: Paths, name: str, timeout: float = 10.0) -> None:
+    pid = recorded_pid(paths, name)
+    if pid is None:
+        return
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        log(f"stopped {name} (pid {pid})")
+    (paths.pids / f"{name}.pid").unlink(missing_ok=True)
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def wait_for(paths: Paths, name: str, check: Any, timeout: float) -> None:
+    """Wait until check() is true; fail with the component's log if it dies or times out."""
+    deadline = time.monotonic() + timeout
+    pid = recorded_pid(paths, name)
+    while time.monotonic() < deadline:
+        if pid is not None and not pid_alive(pid):
+            raise ClusterError(f"{name} exited during start-up; last log lines:\n"
+                               f"{tail(paths.logs / (name + '.log'))}")
+        try:
+            if check():
+                return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise ClusterError(f"{name} not ready after {timeout:.0f}s; last log lines:\n"
+                       f"{tail(paths.logs / (name + '.log'))}")
+
+
+def https_ok(url: str, pki: Path, user: str = "admin") -> bool:
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+    ctx.load_cert_chain(str(pki / f"{user}.crt"), str(pki / f"{user}.key"))
+    with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+        return bool(resp.status == 200)
+
+
+def insecure_healthz(port: int) -> bool:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(f"https://127.0.0.1:{port}/healthz", context=ctx, timeout=2) as resp:
+        return bool(resp.status == 200)
+
+
+def kubectl(paths: Paths, *args: str, input_text: str | None = None, check: bool = True) -> str:
+    proc = subprocess.run([str(binary("kubectl")), "--kubeconfig", str(paths.kubeconfig), *args],
+                          input=input_text, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+# --- the control plane ---------------------------------------------------------------------------
+
+def scheduler_config(paths: Paths, extender: dict[str, Any] | None) -> dict[str, Any]:
+    profiles: list[dict[str, Any]] = [{"schedulerName": "default-scheduler"}]
+    config: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(paths.root / "scheduler.kubeconfig"), "qps": 500, "burst": 1000},
+        "leaderElection": {"leaderElect": False},
+        "profiles": profiles,
+    }
+    if extender:
+        config["profiles"] = [*profiles, *extender["profiles"]]
+        config["extenders"] = extender["extenders"]
+    return config
+
+
+def up(paths: Paths, shapes: list[str], timeout: float) -> None:
+    if status(paths, quiet=True):
+        log(f"cluster already running in {paths.root}")
+        for shape in shapes:
+            apply_nodes(paths, shape)
+        return
+    down(paths, quiet=True)
+    for name in COMPONENTS:
+        binary("etcd" if name == "etcd" else "kwok" if name == "kwok" else name)
+    t0 = time.monotonic()
+    paths.root.mkdir(parents=True, exist_ok=True)
+    if not (paths.pki / "sa.key").exists():
+        make_pki(paths.pki)
+    ports = {"etcd": free_port(), "etcd-peer": free_port(), "apiserver": free_port(),
+             "controller-manager": free_port(), "scheduler": free_port(), "kwok": free_port()}
+    server = f"https://127.0.0.1:{ports['apiserver']}"
+    write_kubeconfig(paths.kubeconfig, server, paths.pki, "admin")
+    for user in ("controller-manager", "scheduler", "kwok"):
+        write_kubeconfig(paths.root / f"{user}.kubeconfig", server, paths.pki, user)
+    state = {"ports": ports, "server": server, "kubeconfig": str(paths.kubeconfig), "started": time.time()}
+    paths.state.write_text(json.dumps(state, indent=2))
+    pki = paths.pki
+
+    start(paths, "etcd", [
+        str(binary("etcd")), "--name", "kubegang-dev", "--data-dir", str(paths.root / "etcd-data"),
+        "--listen-client-urls", f"http://127.0.0.1:{ports['etcd']}",
+        "--advertise-client-urls", f"http://127.0.0.1:{ports['etcd']}",
+        "--listen-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}",
+        "--initial-advertise-peer-urls", f"http://127.0.0.1:{ports['etcd-peer']}",
+        "--initial-cluster", f"kubegang-dev=http://127.0.0.1:{ports['etcd-peer']}",
+        # A throwaway test cluster: durability costs fsyncs we do not need.
+        "--unsafe-no-fsync", "--quota-backend-bytes", str(4 << 30), "--log-level", "warn",
+    ])
+    wait_for(paths, "etcd", lambda: urllib.request.urlopen(
+        f"http://127.0.0.1:{ports['etcd']}/health", timeout=2).status == 200, 30)
+
+    start(paths, "kube-apiserver", [
+        str(binary("kube-apiserver")), f"--etcd-servers=http://127.0.0.1:{ports['etcd']}",
+        "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={ports['apiserver']}",
+        f"--tls-cert-file={pki / 'apiserver.crt'}", f"--tls-private-key-file={pki / 'apiserver.key'}",
+        f"--client-ca-file={pki / 'ca.crt'}",
+        f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC",
+        "--allow-privileged=true", "--endpoint-reconciler-type=none", "--profiling=false",
+        "--max-requests-inflight=3000", "--max-mutating-requests-inflight=1500",
+        "--enable-priority-and-fairness=false", "--watch-cache=true", "--v=1",
+    ])
+    wait_for(paths, "kube-apiserver", lambda: https_ok(f"{server}/readyz", pki), 90)
+
+    start(paths, "kube-controller-manager", [
+        str(binary("kube-controller-manager")), f"--kubeconfig={paths.root / 'controller-manager.kubeconfig'}",
+        "--bind-address=127.0.0.1", f"--secure-port={ports['controller-manager']}",
+        f"--controllers={CONTROLLERS}", "--leader-elect=false",
+        f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
+        "--use-service-account-credentials=true", "--kube-api-qps=300", "--kube-api-burst=600",
+        "--concurrent-gc-syncs=20", "--v=1",
+    ])
+    write_scheduler_config(paths, None)
+    start_scheduler(paths)
+    start(paths, "kwok", [
+        str(binary("kwok")), f"--kubeconfig={paths.root / 'kwok.kubeconfig'}",
+        f"--manage-nodes-with-label-selector={FAKE_NODE_LABEL[0]}={FAKE_NODE_LABEL[1]}",
+        "--cidr=10.0.0.0/14", "--node-ip=10.255.255.1", "--node-lease-duration-seconds=40",
+        f"--server-address=127.0.0.1:{ports['kwok']}",
+        *[f"--config={p}" for p in stage_files()],
+    ])
+    wait_for(paths, "kube-controller-manager", lambda: insecure_healthz(ports["controller-manager"]), 60)
+    wait_for(paths, "kube-scheduler", lambda: insecure_healthz(ports["scheduler"]), 60)
+    # The default service account is what every pod needs before it can be created.
+    wait_for(paths, "kube-controller-manager",
+             lambda: kubectl(paths, "get", "serviceaccount", "default", "-n", "default", check=False) != "", 60)
+    log(f"control plane ready in {time.monotonic() - t0:.1f}s ({server})")
+    for shape in shapes:
+        apply_nodes(paths, shape)
+
+
+def stage_files() -> list[Path]:
+    stages = binary("kwok").parent.parent / "stages"
+    files = sorted(stages.glob("*.yaml"))
+    if not files:
+        raise ClusterError(f"kwok stage definitions missing in {stages}: run hack/build-control-plane.sh")
+    return [*files, HACK / "kwok" / "kubegang-stages.yaml"]
+
+
+def write_scheduler_config(paths: Paths, extender: dict[str, Any] | None) -> None:
+    (paths.root / "scheduler-config.yaml").write_text(yaml.safe_dump(scheduler_config(paths, extender)))
+
+
+def start_scheduler(paths: Paths) -> None:
+    ports = json.loads(paths.state.read_text())["ports"]
+    start(paths, "kube-scheduler", [
+        str(binary("kube-scheduler")), f"--config={paths.root / 'scheduler-config.yaml'}",
+        "--bind-address=127.0.0.1", f"--secure-port={ports['scheduler']}", "--v=1",
+    ])
+
+
+def restart_scheduler(paths: Paths, extender_config: Path | None) -> None:
+    """Restart kube-scheduler with (or without) the kubegang profile and its extender."""
+    extender = yaml.safe_load(extender_config.read_text()) if extender_config else None
+    write_scheduler_config(paths, extender)
+    stop(paths, "kube-scheduler")
+    start_scheduler(paths)
+    ports = json.loads(paths.state.read_text())["ports"]
+    wait_for(paths, "kube-scheduler", lambda: insecure_healthz(ports["scheduler"]), 60)
+
+
+def apply_nodes(paths: Paths, shape_file: str) -> None:
+    shape = load_shape(shape_file)
+    t0 = time.monotonic()
+    nodes = [node_manifest(name, group) for name, group in shape.nodes()]
+    # Node status (capacity) is only taken on create; kwok then keeps it Ready.
+    kubectl(paths, "create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+    names = {n["metadata"]["name"] for n in nodes}
+    def all_ready() -> bool:
+        out = json.loads(kubectl(paths, "get", "nodes", "-l", "=".join(FAKE_NODE_LABEL), "-o", "json"))
+        # Ready, and the not-ready taint that admission added on create is gone again.
+        ready = {n["metadata"]["name"] for n in out["items"]
+                 if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+                 and not any(t["key"] == "node.kubernetes.io/not-ready" for t in n["spec"].get("taints", []))}
+        return names <= ready
+    wait_for(paths, "kwok", all_ready, 120 + len(nodes) / 10)
+    log(f"{len(nodes)} fake nodes of shape {shape.name} ready ({shape.gpu_count} GPUs) in "
+        f"{time.monotonic() - t0:.1f}s")
+
+
+def delete_nodes(paths: Paths) -> None:
+    kubectl(paths, "delete", "nodes", "-l", "=".join(FAKE_NODE_LABEL), "--wait=true")
+
+
+def down(paths: Paths, quiet: bool = False) -> None:
+    for name in reversed(COMPONENTS):
+        stop(paths, name)
+    for extra in paths.pids.glob("*.pid") if paths.pids.exists() else []:
+        stop(paths, extra.stem)
+    if paths.root.exists():
+        subprocess.run(["rm", "-rf", str(paths.root / "etcd-data")], check=False)
+        paths.state.unlink(missing_ok=True)
+    if not quiet:
+        log("cluster stopped")
+
+
+def status(paths: Paths, quiet: bool = False) -> bool:
+    if not paths.state.exists():
+        if not quiet:
+            print("down")
+        return False
+    ok = True
+    for name in COMPONENTS:
+        pid = recorded_pid(paths, name)
+        alive = pid is not None and pid_alive(pid)
+        ok &= alive
+        if not quiet:
+            print(f"{name:25s} {'running' if alive else 'STOPPED'} (pid {pid})")
+    if ok:
+        try:
+            ok = https_ok(json.loads(paths.state.read_text())["server"] + "/readyz", paths.pki)
+        except Exception:
+            ok = False
+    if not quiet:
+        print("ready" if ok else "not ready")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hack/cluster", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p_up = sub.add_parser("up", help="start the control plane (reuses a running one) and create fake nodes")
+    p_up.add_argument("--shape", action="append", default=[], help="cluster shape file (repeatable)")
+    p_up.add_argument("--timeout", type=float, default=180)
+    sub.add_parser("down", help="stop every process this cluster started (by pid)")
+    sub.add_parser("status", help="print each component's state; exit 1 unless ready")
+    sub.add_parser("env", help="print the export line for KUBECONFIG")
+    p_nodes = sub.add_parser("nodes", help="create the fake nodes of a shape")
+    p_nodes.add_argument("shape")
+    sub.add_parser("delete-nodes", help="delete every fake node")
+    p_sched = sub.add_parser("scheduler", help="restart kube-scheduler with an extender configuration")
+    p_sched.add_argument("--extender-config", type=Path, default=None,
+                         help="YAML with 'profiles' and 'extenders' to add; omit for the default scheduler only")
+    args = parser.parse_args(argv)
+    paths = cluster_paths()
+    try:
+        if args.cmd == "up":
+            up(paths, args.shape, args.timeout)
+        elif args.cmd == "down":
+            down(paths)
+        elif args.cmd == "status":
+            return 0 if status(paths) else 1
+        elif args.cmd == "env":
+            print(f"export KUBECONFIG={paths.kubeconfig}")
+        elif args.cmd == "nodes":
+            apply_nodes(paths, args.shape)
+        elif args.cmd == "delete-nodes":
+            delete_nodes(paths)
+        elif args.cmd == "scheduler":
+            restart_scheduler(paths, args.extender_config)
+    except (ClusterError, OSError, ValueError) as exc:
+        log(f"ERROR: {exc}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

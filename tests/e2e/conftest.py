@@ -1,0 +1,141 @@
+"""The real local control plane for end-to-end tests.
+
+Session-scoped: reuses a cluster that ``hack/cluster up`` already started (and leaves it
+running), otherwise starts one and stops it at the end. When it cannot start, every e2e test
+FAILS with the reason; nothing here ever skips. ``KUBEGANG_E2E_KUBECONFIG`` points the suite at
+an existing cluster instead (kind, say), in which case nothing is started or stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+HACK = REPO / "hack"
+SHAPES = HACK / "shapes"
+
+
+def _versions() -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in (HACK / "versions.env").read_text().splitlines()
+             if "=" in line and not line.startswith("#"))
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def _cache() -> Path:
+    base = os.environ.get("KUBEGANG_CACHE")
+    return Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kubegang"
+
+
+def tool(name: str) -> str:
+    """Path of a binary built by hack/ (kubectl, helm, ...)."""
+    v = _versions()
+    folder = f"helm-{v['HELM_VERSION']}" if name == "helm" else f"kubernetes-{v['KUBERNETES_VERSION']}"
+    return str(_cache() / folder / "bin" / name)
+
+
+@dataclass
+class Cluster:
+    """A running control plane, driven the way a user drives it: kubectl with a kubeconfig."""
+
+    kubeconfig: Path
+    cluster_dir: Path | None
+    shape: str | None = field(default=None)
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return _versions()
+
+    def helm(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([tool("helm"), *args], capture_output=True, text=True, env=self.env, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([tool("kubectl"), *args], input=input, capture_output=True, text=True,
+                              env=self.env, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    def get_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def apply(self, manifest: dict[str, Any] | list[dict[str, Any]] | str, check: bool = True
+              ) -> subprocess.CompletedProcess[str]:
+        text = manifest if isinstance(manifest, str) else yaml.safe_dump_all(
+            manifest if isinstance(manifest, list) else [manifest])
+        return self.kubectl("apply", "-f", "-", input=text, check=check)
+
+    def use_shape(self, name: str) -> None:
+        """Make the fake nodes exactly those of hack/shapes/<name>.yaml (no-op if they already are)."""
+        if self.shape == name:
+            return
+        if self.cluster_dir is None:
+            raise AssertionError("shapes can only be changed on the cluster that hack/cluster started")
+        _hack("delete-nodes", cluster_dir=self.cluster_dir)
+        _hack("nodes", str(SHAPES / f"{name}.yaml"), cluster_dir=self.cluster_dir)
+        self.shape = name
+
+    def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float = 60, interval: float = 0.5) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(interval)
+        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _hack(*args: str, cluster_dir: Path) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([str(HACK / "cluster"), *args], capture_output=True, text=True,
+                          env={**os.environ, "KUBEGANG_CLUSTER_DIR": str(cluster_dir)}, timeout=1800)
+    if proc.returncode != 0:
+        pytest.fail(f"hack/cluster {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}",
+                    pytrace=False)
+    return proc
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    external = os.environ.get("KUBEGANG_E2E_KUBECONFIG")
+    if external:
+        yield Cluster(kubeconfig=Path(external), cluster_dir=None)
+        return
+    cluster_dir = Path(os.environ.get("KUBEGANG_CLUSTER_DIR") or REPO / ".cluster")
+    running = subprocess.run([str(HACK / "cluster"), "status"], capture_output=True, text=True,
+                             env={**os.environ, "KUBEGANG_CLUSTER_DIR": str(cluster_dir)}).returncode == 0
+    if not running:
+        _hack("up", cluster_dir=cluster_dir)
+    c = Cluster(kubeconfig=cluster_dir / "kubeconfig", cluster_dir=cluster_dir)
+    try:
+        yield c
+    finally:
+        if not running:
+            _hack("down", cluster_dir=cluster_dir)
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (without waiting)."""
+    name = "t-" + request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")[:40].strip("-")
+    name = f"{name}-{os.getpid() % 10000}"
+    cluster.kubectl("create", "namespace", name)
+    cluster.wait_for("default service account", lambda: cluster.kubectl(
+        "get", "serviceaccount", "default", "-n", name, check=False).returncode == 0)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -1,0 +1,76 @@
+"""The local control plane behaves like a cluster with GPU nodes, as a user sees it through kubectl."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+Cluster = Any  # the `cluster` fixture's object (tests/e2e/conftest.py)
+
+
+def _gpu_pod(name: str, gpus: int, **annotations: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "registry.invalid/train:1",
+                                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
+
+
+def test_versions_are_the_pinned_ones(cluster: Cluster) -> None:
+    server = json.loads(cluster.kubectl("version", "-o", "json").stdout)
+    assert server["clientVersion"]["gitVersion"] == cluster.versions["KUBERNETES_VERSION"]
+    if cluster.cluster_dir is not None:  # an external cluster runs whatever version it runs
+        assert server["serverVersion"]["gitVersion"] == cluster.versions["KUBERNETES_VERSION"]
+
+
+def test_gpu_nodes_listed_by_label(cluster: Cluster) -> None:
+    cluster.use_shape("superpod-h100")
+    out = cluster.kubectl("get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "name").stdout.split()
+    assert len(out) == 128
+    node = cluster.get_json("node", "su1-000")
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+    assert node["metadata"]["labels"]["kubegang.io/leaf"] == "su1-rail-leaves"
+
+
+def test_eight_gpu_pod_runs_on_a_fake_node(cluster: Cluster, namespace: str) -> None:
+    cluster.use_shape("superpod-h100")
+    cluster.apply(_gpu_pod("train", 8) | {"metadata": {"name": "train", "namespace": namespace}})
+
+    def running() -> bool:
+        pod = cluster.get_json("pod", "train", "-n", namespace)
+        return pod["status"].get("phase") == "Running"
+
+    cluster.wait_for("pod train Running", running, timeout=60)
+    pod = cluster.get_json("pod", "train", "-n", namespace)
+    assert pod["spec"]["nodeName"].startswith("su")
+
+
+def test_too_many_gpus_stays_pending_with_scheduler_reason(cluster: Cluster, namespace: str) -> None:
+    cluster.use_shape("superpod-h100")
+    cluster.apply(_gpu_pod("huge", 9) | {"metadata": {"name": "huge", "namespace": namespace}})
+
+    def reason() -> str:
+        events = cluster.get_json("events", "-n", namespace, "--field-selector", "involvedObject.name=huge")
+        return " ".join(e.get("message", "") for e in events["items"] if e.get("reason") == "FailedScheduling")
+
+    cluster.wait_for("a FailedScheduling event", lambda: bool(reason()), timeout=60)
+    assert "Insufficient nvidia.com/gpu" in reason()
+    pod = cluster.get_json("pod", "huge", "-n", namespace)
+    assert pod["status"]["phase"] == "Pending"
+    assert "nodeName" not in pod["spec"]
+
+
+def test_fake_runtime_annotation_completes_the_pod(cluster: Cluster, namespace: str) -> None:
+    cluster.use_shape("superpod-h100")
+    manifest = _gpu_pod("short", 1, **{"kubegang.io/fake-runtime": "2s"})
+    manifest["metadata"] = {"name": "short", "namespace": namespace,
+                            "annotations": {"kubegang.io/fake-runtime": "2s"}}
+    cluster.apply(manifest)
+    cluster.wait_for("pod short Succeeded", lambda: cluster.get_json(
+        "pod", "short", "-n", namespace)["status"].get("phase") == "Succeeded", timeout=60)
+
+
+def test_helm_is_the_pinned_build(cluster: Cluster) -> None:
+    out = cluster.helm("version", "--short")
+    assert out.stdout.startswith(cluster.versions["HELM_VERSION"])

@@ -6,10 +6,10 @@ preemptor placeable, checking with ``fits_after_eviction`` that quota would admi
 module only says who *may* be evicted, after Kueue's rules, generalised to a tree:
 
 - same queue: lower priority, when the queue's ``withinQueue`` is ``LowerPriority``;
-- another queue of the same tree: only while that queue's side of the tree (its path up to, not
-  including, the lowest common ancestor) borrows a flavour the preemptor needs, and
+- another queue of the same tree: only while that queue's side of the tree (the child of the lowest
+  common ancestor that holds it) borrows a flavour the preemptor needs from the ancestor, and
   - ``reclaimFromBorrowers`` ``Any`` / ``LowerPriority``: when the preemptor's side stays within its
-    quota after admission (it reclaims what it is entitled to);
+    quota after admission (it reclaims what its side is entitled to);
   - ``borrowWithinParent`` ``LowerPriority``: lower priority, when the preemptor would itself borrow.
 
 Order: jobs of borrowing queues first (they run on quota that is not theirs), then lower priority,
@@ -19,6 +19,7 @@ then the most recently started (least work lost), then job id.
 from __future__ import annotations
 
 import enum
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -67,9 +68,7 @@ def candidates_for(preemptor: PendingJob, tree: QuotaTree, running: Iterable[Run
     steps = tree._extra_along_path(node, preemptor.usage)
     out: list[tuple[tuple[int, int, float, str], Candidate]] = []
     for job in running:
-        if job.job_id == preemptor.job_id or not needed.intersection(
-            f for f, a in job.usage.items() if a > 0
-        ):
+        if job.job_id == preemptor.job_id or not needed.intersection(f for f, a in job.usage.items() if a > 0):
             continue
         candidate = _judge(preemptor, job, tree, node, needed=needed, steps=steps)
         if candidate is not None:
@@ -102,9 +101,7 @@ def _judge(
     by = f"job {preemptor.job_id} (queue {preemptor.queue}, priority {preemptor.priority})"
     if job.queue == preemptor.queue:
         if policy.within_queue is WithinQueue.LOWER_PRIORITY and lower:
-            return Candidate(
-                job, CandidateReason.WITHIN_QUEUE, f"{who} has lower priority than {by} in the same queue"
-            )
+            return Candidate(job, CandidateReason.WITHIN_QUEUE, f"{who} has lower priority than {by} in the same queue")
         return None
     if job.queue not in tree.queues:
         return None
@@ -116,9 +113,7 @@ def _judge(
         return None
     within = _stays_within_quota(steps, lca, needed)
     reclaim = policy.reclaim_from_borrowers
-    if within and (
-        reclaim is ReclaimFromBorrowers.ANY or (reclaim is ReclaimFromBorrowers.LOWER_PRIORITY and lower)
-    ):
+    if within and (reclaim is ReclaimFromBorrowers.ANY or (reclaim is ReclaimFromBorrowers.LOWER_PRIORITY and lower)):
         return Candidate(
             job,
             CandidateReason.RECLAIM_FROM_BORROWERS,
@@ -134,20 +129,25 @@ def _judge(
 
 
 def _borrowing_side(tree: QuotaTree, queue: str, lca: str, flavors: set[str]) -> str | None:
-    """The queue on ``queue``'s path below ``lca`` that borrows one of ``flavors``, if any."""
-    for n in tree._node(queue).path:
-        if n.name == lca:
-            return None
-        if any(n.charged.get(f, 0) > n.quota.get(f, 0) for f in flavors):
-            return n.name
+    """The child of ``lca`` holding ``queue``, if it borrows one of ``flavors`` from ``lca``'s pool.
+
+    Borrowing deeper down, from inside that subtree, takes nothing from the preemptor's side.
+    """
+    side = _child_of(tree._node(queue), lca)
+    if any(side.charged.get(f, 0) > side.quota.get(f, 0) for f in flavors):
+        return side.name
     return None
 
 
 def _stays_within_quota(steps: list[tuple[_Node, dict[str, int]]], lca: str, flavors: set[str]) -> bool:
-    """Whether, after admission, no queue on the preemptor's path below ``lca`` would borrow."""
-    for n, extra in steps:
-        if n.name == lca:
-            return True
-        if any(n.charged[f] + extra.get(f, 0) > n.quota[f] for f in flavors if f in n.charged):
-            return False
+    """Whether, after admission, the preemptor's side below ``lca`` would stay within its quota."""
+    for (n, extra), (parent, _) in itertools.pairwise(steps):
+        if parent.name == lca:
+            return not any(n.charged[f] + extra.get(f, 0) > n.quota[f] for f in flavors if f in n.charged)
     return True
+
+
+def _child_of(node: _Node, ancestor: str) -> _Node:
+    while node.parent is not None and node.parent.name != ancestor:
+        node = node.parent
+    return node

@@ -143,9 +143,7 @@ def _check_one(spec: QueueSpec, by_name: Mapping[str, QueueSpec], *, is_leaf: bo
             if value is None and field_name != "nominal":
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                out.append(
-                    SpecProblem(name, f"{where}.{field_name}", f"must be an integer >= 0, got {value!r}")
-                )
+                out.append(SpecProblem(name, f"{where}.{field_name}", f"must be an integer >= 0, got {value!r}"))
         if spec.parent is None:
             for field_name, value in (
                 ("borrowingLimit", quota.borrowing_limit),
@@ -153,16 +151,12 @@ def _check_one(spec: QueueSpec, by_name: Mapping[str, QueueSpec], *, is_leaf: bo
             ):
                 if value is not None:
                     out.append(
-                        SpecProblem(
-                            name, f"{where}.{field_name}", "must be unset on a root queue (it has no parent)"
-                        )
+                        SpecProblem(name, f"{where}.{field_name}", "must be unset on a root queue (it has no parent)")
                     )
         ll = quota.lending_limit
         if is_leaf and isinstance(ll, int) and isinstance(quota.nominal, int) and ll > quota.nominal:
             out.append(
-                SpecProblem(
-                    name, f"{where}.lendingLimit", f"{ll} exceeds nominal {quota.nominal} of this leaf queue"
-                )
+                SpecProblem(name, f"{where}.lendingLimit", f"{ll} exceeds nominal {quota.nominal} of this leaf queue")
             )
     return out
 

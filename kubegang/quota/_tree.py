@@ -395,9 +395,7 @@ class QuotaTree:
             avail = max(0, kept - charged) + avail
         return avail, limit
 
-    def _extra_along_path(
-        self, node: _Node, request: Mapping[str, int]
-    ) -> list[tuple[_Node, dict[str, int]]]:
+    def _extra_along_path(self, node: _Node, request: Mapping[str, int]) -> list[tuple[_Node, dict[str, int]]]:
         """For each queue from ``node`` to the root, what a job's request would add to its charge."""
         out: list[tuple[_Node, dict[str, int]]] = []
         extra = {f: a for f, a in request.items() if a and f in node.charged}
@@ -431,9 +429,7 @@ class QuotaTree:
         if queue not in self._nodes:
             return f"queue {queue} does not exist"
         leaves = [n.name for n in self._nodes.values() if n.is_leaf and queue in (p.name for p in n.path)]
-        return (
-            f"queue {queue} is not a leaf queue; jobs enter leaf queues only (under it: {', '.join(leaves)})"
-        )
+        return f"queue {queue} is not a leaf queue; jobs enter leaf queues only (under it: {', '.join(leaves)})"
 
     def _no_such_flavor(self, node: _Node, flavor: str, need: int) -> str:
         known = ", ".join(self._flavors) or "none"
@@ -461,9 +457,7 @@ class QuotaTree:
             borrowed = max(0, lim.charged[flavor] - lim.quota[flavor])
             if lim is node:
                 return text + f" (borrowingLimit {lim.borrowing[flavor]}, {borrowed} borrowed)"
-            return (
-                text + f" (borrowingLimit {lim.borrowing[flavor]} of queue {lim.name}, {borrowed} borrowed)"
-            )
+            return text + f" (borrowingLimit {lim.borrowing[flavor]} of queue {lim.name}, {borrowed} borrowed)"
         free = max(0, lim.quota[flavor] - lim.charged[flavor])
         return text + f" ({free} of {lim.quota[flavor]} unused in {lim.name}'s tree)"
 

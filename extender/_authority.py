@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kubegang.extender._pods import PodDemand
+from kubegang.placement import GangRequest, Placement, PlanResult
 
 
 @dataclass(frozen=True)
@@ -52,4 +53,48 @@ class SchedulerAuthority(Protocol):
 
     def snapshot(self) -> dict[str, Any]:
         """The ledger as JSON-ready data, for ``/debug/snapshot`` and offline replay."""
+        ...
+
+
+@dataclass(frozen=True)
+class ReserveOutcome:
+    """Answer to Reserve: the placement now held, or why none is."""
+
+    result: PlanResult
+    """``Placement`` when reserved, ``Unplaceable`` (with the reason) when not."""
+    expires_at: float = 0.0
+    """Unix time at which the reservation lapses if no pod claims it (0 when not reserved)."""
+
+
+@dataclass(frozen=True)
+class WhatIfOutcome:
+    """Answer to WhatIf."""
+
+    victims: tuple[str, ...]
+    """Job UIDs to evict, a subset of the candidates in their order (empty when infeasible)."""
+    result: PlanResult
+    """Where the gang would go after those evictions, or why not even all candidates suffice."""
+
+
+class PlacementAuthority(Protocol):
+    """What the operator asks over gRPC. Implemented by the ledger.
+
+    Gangs are the core's :class:`~kubegang.placement.GangRequest` (``id`` is the GPUJob UID) and
+    answers the core's ``Placement | Unplaceable``: the adapter only translates them.
+    """
+
+    def plan(self, gang: GangRequest) -> PlanResult:
+        """Where would the gang go now; changes nothing."""
+        ...
+
+    def reserve(self, gang: GangRequest, placement: Placement | None, ttl_seconds: float) -> ReserveOutcome:
+        """Hold ``placement`` (or a fresh plan when None) for the gang; idempotent per gang id."""
+        ...
+
+    def release(self, job_uid: str) -> int:
+        """Drop the gang's in-memory reservation; returns the whole GPUs freed (0: none held)."""
+        ...
+
+    def what_if(self, gang: GangRequest, candidates: Sequence[str]) -> WhatIfOutcome:
+        """Smallest set of ``candidates`` (in their order) whose eviction makes the gang fit."""
         ...

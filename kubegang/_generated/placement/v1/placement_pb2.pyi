@@ -62,14 +62,16 @@ class Gang(_message.Message):
     def __init__(self, job_uid: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., pods: _Optional[int] = ..., gpus_per_pod: _Optional[int] = ..., gpu_fraction_milli: _Optional[int] = ..., cpu_milli_per_pod: _Optional[int] = ..., memory_mib_per_pod: _Optional[int] = ..., gpu_product: _Optional[str] = ..., mig_profile: _Optional[str] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., tolerations: _Optional[_Iterable[_Union[Toleration, _Mapping]]] = ..., required_level: _Optional[str] = ..., preferred_level: _Optional[str] = ..., excluded_nodes: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ...) -> None: ...
 
 class PodPlacement(_message.Message):
-    __slots__ = ("pod_index", "node", "gpu_indices")
+    __slots__ = ("pod_index", "node", "gpu_indices", "gpu_milli")
     POD_INDEX_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     GPU_INDICES_FIELD_NUMBER: _ClassVar[int]
+    GPU_MILLI_FIELD_NUMBER: _ClassVar[int]
     pod_index: int
     node: str
     gpu_indices: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, pod_index: _Optional[int] = ..., node: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ...) -> None: ...
+    gpu_milli: int
+    def __init__(self, pod_index: _Optional[int] = ..., node: _Optional[str] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., gpu_milli: _Optional[int] = ...) -> None: ...
 
 class Domain(_message.Message):
     __slots__ = ("level", "id")
@@ -91,6 +93,16 @@ class GangPlacement(_message.Message):
     score: float
     def __init__(self, pods: _Optional[_Iterable[_Union[PodPlacement, _Mapping]]] = ..., domain: _Optional[_Union[Domain, _Mapping]] = ..., preferred_met: _Optional[bool] = ..., score: _Optional[float] = ...) -> None: ...
 
+class Shortfall(_message.Message):
+    __slots__ = ("level", "best_domain", "best_pods")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    BEST_DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    BEST_PODS_FIELD_NUMBER: _ClassVar[int]
+    level: str
+    best_domain: str
+    best_pods: int
+    def __init__(self, level: _Optional[str] = ..., best_domain: _Optional[str] = ..., best_pods: _Optional[int] = ...) -> None: ...
+
 class PlanRequest(_message.Message):
     __slots__ = ("gang",)
     GANG_FIELD_NUMBER: _ClassVar[int]
@@ -98,14 +110,16 @@ class PlanRequest(_message.Message):
     def __init__(self, gang: _Optional[_Union[Gang, _Mapping]] = ...) -> None: ...
 
 class PlanResponse(_message.Message):
-    __slots__ = ("feasible", "placement", "reasons")
+    __slots__ = ("feasible", "placement", "reasons", "shortfall")
     FEASIBLE_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     REASONS_FIELD_NUMBER: _ClassVar[int]
+    SHORTFALL_FIELD_NUMBER: _ClassVar[int]
     feasible: bool
     placement: GangPlacement
     reasons: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, feasible: _Optional[bool] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+    shortfall: Shortfall
+    def __init__(self, feasible: _Optional[bool] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ..., shortfall: _Optional[_Union[Shortfall, _Mapping]] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
     __slots__ = ("gang", "placement", "ttl_seconds")
@@ -118,16 +132,18 @@ class ReserveRequest(_message.Message):
     def __init__(self, gang: _Optional[_Union[Gang, _Mapping]] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
 
 class ReserveResponse(_message.Message):
-    __slots__ = ("reserved", "placement", "reasons", "expires_at_unix_ms")
+    __slots__ = ("reserved", "placement", "reasons", "expires_at_unix_ms", "shortfall")
     RESERVED_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     REASONS_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    SHORTFALL_FIELD_NUMBER: _ClassVar[int]
     reserved: bool
     placement: GangPlacement
     reasons: _containers.RepeatedScalarFieldContainer[str]
     expires_at_unix_ms: int
-    def __init__(self, reserved: _Optional[bool] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ..., expires_at_unix_ms: _Optional[int] = ...) -> None: ...
+    shortfall: Shortfall
+    def __init__(self, reserved: _Optional[bool] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ..., expires_at_unix_ms: _Optional[int] = ..., shortfall: _Optional[_Union[Shortfall, _Mapping]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("job_uid",)
@@ -152,13 +168,15 @@ class WhatIfRequest(_message.Message):
     def __init__(self, gang: _Optional[_Union[Gang, _Mapping]] = ..., candidate_job_uids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WhatIfResponse(_message.Message):
-    __slots__ = ("feasible", "victim_job_uids", "placement", "reasons")
+    __slots__ = ("feasible", "victim_job_uids", "placement", "reasons", "shortfall")
     FEASIBLE_FIELD_NUMBER: _ClassVar[int]
     VICTIM_JOB_UIDS_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     REASONS_FIELD_NUMBER: _ClassVar[int]
+    SHORTFALL_FIELD_NUMBER: _ClassVar[int]
     feasible: bool
     victim_job_uids: _containers.RepeatedScalarFieldContainer[str]
     placement: GangPlacement
     reasons: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, feasible: _Optional[bool] = ..., victim_job_uids: _Optional[_Iterable[str]] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+    shortfall: Shortfall
+    def __init__(self, feasible: _Optional[bool] = ..., victim_job_uids: _Optional[_Iterable[str]] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ..., shortfall: _Optional[_Union[Shortfall, _Mapping]] = ...) -> None: ...

@@ -26,6 +26,7 @@ from ._status import (
     gpu_health,
     label_value,
     node_labels,
+    status_payload,
 )
 from ._xid import FATAL_XIDS, describe_xid
 
@@ -58,4 +59,5 @@ __all__ = [
     "read_hcas",
     "resolve_dump",
     "save_dump",
+    "status_payload",
 ]

@@ -74,15 +74,11 @@ def nvlink_domain(gpus: Sequence[GpuReadings]) -> DomainVerdict:
     fabrics: list[FabricReading] = []
     for gpu in gpus:
         if gpu.fabric is None:
-            return DomainVerdict(
-                None, "Unknown", "FabricUnknown", f"gpu {gpu.index}: fabric info could not be read"
-            )
+            return DomainVerdict(None, "Unknown", "FabricUnknown", f"gpu {gpu.index}: fabric info could not be read")
         fabrics.append(gpu.fabric)
     first = fabrics[0]
     if all(f.state == 0 for f in fabrics):
-        return DomainVerdict(
-            None, "False", "FabricNotSupported", "GPUs are not on a multi-node NVLink fabric"
-        )
+        return DomainVerdict(None, "False", "FabricNotSupported", "GPUs are not on a multi-node NVLink fabric")
     if len({(f.cluster_uuid, f.clique_id) for f in fabrics}) > 1:
         seen = sorted({domain_id(f.cluster_uuid, f.clique_id) for f in fabrics})
         return DomainVerdict(None, "False", "FabricInconsistent", f"GPUs disagree on their clique: {seen}")
@@ -102,9 +98,7 @@ def nvlink_domain(gpus: Sequence[GpuReadings]) -> DomainVerdict:
                 f"gpu {gpu.index}: fabric registration status {status_text(fabric.status)}",
             )
     if first.cluster_uuid == ZERO_UUID:
-        return DomainVerdict(
-            None, "False", "FabricZeroClusterUuid", "fabric registered with a zero cluster UUID"
-        )
+        return DomainVerdict(None, "False", "FabricZeroClusterUuid", "fabric registered with a zero cluster UUID")
     health = {FABRIC_HEALTH.get(f.health_summary or 0) for f in fabrics}
     worst = next((h for h in ("Unhealthy", "LimitedCapacity", "Healthy") if h in health), None)
     domain = NvLinkDomain(

@@ -268,9 +268,7 @@ def _ecc(index: int, device: Mapping[str, Any], unknowns: _Unknowns) -> EccCount
     return EccCounts(**counts)
 
 
-def _retired_pages(
-    index: int, device: Mapping[str, Any], unknowns: _Unknowns
-) -> tuple[int | None, int | None]:
+def _retired_pages(index: int, device: Mapping[str, Any], unknowns: _Unknowns) -> tuple[int | None, int | None]:
     def convert(value: Any) -> tuple[int, int]:
         return _int(value["multipleSingleBit"]), _int(value["doubleBit"])
 
@@ -311,9 +309,7 @@ def _gpu(position: int, device: Any, unknowns: _Unknowns) -> GpuReadings:
 
     memory = read("MemoryInfo", "memory", lambda v: (_int(v["total"]), _int(v["used"])))
     # Prefer the versioned struct (it carries health); fall back to the legacy call.
-    legacy = "GpuFabricInfo" in device and (
-        "GpuFabricInfoV" not in device or is_error(device["GpuFabricInfoV"])
-    )
+    legacy = "GpuFabricInfo" in device and ("GpuFabricInfoV" not in device or is_error(device["GpuFabricInfoV"]))
     fabric_key = "GpuFabricInfo" if legacy else "GpuFabricInfoV"
     links = read("nvlinks", "nvlink", lambda v: _links(index, v, unknowns))
     pending = read("RetiredPagesPendingStatus", "retiredPagesPending", lambda v: bool(_int(v)))
@@ -361,9 +357,7 @@ def parse_dump(dump: Dump) -> NodeReadings:
     if is_error(init):
         reason = describe_error(init)
         unknowns.add("nvml", reason)
-        return NodeReadings(
-            gpus=(), hcas=_hcas(dump, unknowns), unknown=tuple(unknowns.items), nvml_error=reason
-        )
+        return NodeReadings(gpus=(), hcas=_hcas(dump, unknowns), unknown=tuple(unknowns.items), nvml_error=reason)
     devices = dump.get("devices")
     devices = devices if isinstance(devices, list) else []
     gpus = tuple(_gpu(position, device, unknowns) for position, device in enumerate(devices))

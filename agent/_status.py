@@ -11,8 +11,10 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
-from kubegang.api.gpunode import Condition, GpuHealth, GPUNodeStatus, GpuStatus, NvLinkPeer
+from kubegang.api import Condition
+from kubegang.api.gpunode import GpuHealth, GPUNodeStatus, GpuStatus, NvLinkPeer
 
 from ._fabric import nvlink_domain
 from ._snapshot import NVLINK_REMOTE_GPU, NVLINK_REMOTE_SWITCH, GpuReadings, NodeReadings
@@ -108,10 +110,6 @@ def _gpu_status(gpu: GpuReadings, peers: list[NvLinkPeer], fatal_xids: Mapping[i
     )
 
 
-def _rfc3339(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _conditions(
     readings: NodeReadings,
     gpus: Sequence[GpuStatus],
@@ -141,10 +139,8 @@ def _conditions(
         ("NVLinkFabric", (verdict.status, verdict.reason, verdict.message)),
     ):
         old = before.get(type_)
-        since = old.last_transition_time if old is not None and old.status == status else _rfc3339(now)
-        result.append(
-            Condition(type=type_, status=status, reason=reason, message=message, last_transition_time=since)
-        )
+        since = old.last_transition_time if old is not None and old.status == status else now
+        result.append(Condition(type=type_, status=status, reason=reason, message=message, last_transition_time=since))
     return result
 
 
@@ -164,7 +160,7 @@ def build_status(
         nvlink_domain=nvlink_domain(readings.gpus).domain,
         hcas=list(readings.hcas),
         conditions=_conditions(readings, gpus, previous.conditions if previous else (), now),
-        last_seen=_rfc3339(now),
+        last_seen=now,
         unknown=list(readings.unknown),
     )
 
@@ -198,10 +194,21 @@ def node_labels(status: GPUNodeStatus, *, nvidia_labels: bool = True) -> dict[st
     return dict(sorted(labels.items()))
 
 
+def status_payload(status: GPUNodeStatus) -> dict[str, Any]:
+    """The wire form for a JSON merge patch of the status subresource.
+
+    Nulls are kept on purpose: in a merge patch an absent key leaves the old value in place, so a
+    domain that went away must be sent as ``nvlinkDomain: null`` to be removed (the API server
+    prunes nulls of non-nullable fields inside lists).
+    """
+    return status.model_dump(mode="json", by_alias=True)
+
+
 def fingerprint(status: GPUNodeStatus) -> str:
     """A hash of what matters in ``status``: everything but the times, so that a poll that saw
     nothing new produces the same fingerprint and no API write."""
-    data = status.model_dump(mode="json", by_alias=True, exclude={"last_seen"})
+    data = status_payload(status)
+    data.pop("lastSeen", None)
     for condition in data["conditions"]:
         condition.pop("lastTransitionTime", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

@@ -4,168 +4,164 @@ Cluster-scoped, named after its node, written only by the agent (status only: th
 user may ask of a GPUNode, so it has no spec). The model is the single source of the CRD schema
 (``crds/gpunodes.kubegang.io.yaml``) and of the agent's output, so the two cannot drift.
 
-Every reading that real hardware may refuse is optional: ``None`` means "the agent could not read
-it", and ``status.unknown`` says which call failed and why. Consumers must treat ``None`` as
-unknown, never as zero or false.
+Every reading that real hardware may refuse is optional: null means "the agent could not read
+it", and ``status.unknown`` says which call failed and why. Consumers must treat null as unknown,
+never as zero or false.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import datetime as dt
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-GROUP = "kubegang.io"
-VERSION = "v1alpha1"
-KIND = "GPUNode"
-PLURAL = "gpunodes"
-SHORT_NAMES = ("gn",)
+from kubegang.api._common import CONDITIONS_SCHEMA_EXTRA, ApiModel, Condition
+from kubegang.api._resource import KindInfo, PrinterColumn, Resource
 
-ConditionStatus = Literal["True", "False", "Unknown"]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+GPU_NODE_CONDITIONS = ("Ready", "GPUHealthy", "NVLinkFabric")
+"""Condition types the agent writes."""
 
 
-class GpuHealth(_Model):
+class GpuHealth(ApiModel):
     """Whether the placement engine may give this GPU to new work."""
 
     healthy: bool
-    """False when an uncorrected ECC error, a fatal XID or a pending/failed memory repair was seen."""
+    """False after an uncorrected ECC error, a fatal XID, or a pending or failed memory repair."""
     reasons: list[str] = Field(default_factory=list)
     """Human-readable causes, one per finding (empty when healthy)."""
 
 
-class NvLinkPeer(_Model):
+class NvLinkPeer(ApiModel):
     """Another GPU of the same node reachable over NVLink."""
 
-    index: Annotated[int, Field(ge=0)]
+    index: int = Field(ge=0)
     """The peer's NVML index on this node."""
-    links: Annotated[int, Field(ge=1)]
-    """Active links usable towards the peer (a bandwidth proxy): direct links, or for an NVSwitch
-    path the smaller of the two GPUs' active switch links."""
+    links: int = Field(ge=1)
+    """Active links towards the peer (a bandwidth proxy): direct links, or for an NVSwitch path the
+    smaller of the two GPUs' active switch links."""
     via: Literal["direct", "nvswitch"]
-    """Point-to-point links, or through NVSwitches (all-to-all)."""
+    """Point-to-point links, or through NVSwitches."""
 
 
-class GpuStatus(_Model):
+class GpuStatus(ApiModel):
     """One physical GPU."""
 
-    index: Annotated[int, Field(ge=0)]
-    """NVML index (the order of ``nvidia-smi``)."""
+    index: int = Field(ge=0)
+    """NVML index (the order of nvidia-smi)."""
     uuid: str | None = None
-    """``GPU-…`` UUID."""
+    """GPU UUID (GPU-...)."""
     product: str | None = None
-    """Product name as NVML reports it, e.g. ``NVIDIA H200``."""
+    """Product name as NVML reports it, e.g. NVIDIA H200."""
     memory_mib: Annotated[int, Field(ge=0)] | None = Field(default=None, alias="memoryMiB")
     """Total framebuffer memory in MiB."""
-    compute_capability: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+$")] | None = Field(
-        default=None, alias="computeCapability"
-    )
-    """CUDA compute capability, ``major.minor``."""
-    mig_mode: Literal["enabled", "disabled"] | None = Field(default=None, alias="migMode")
+    compute_capability: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+$")] | None = None
+    """CUDA compute capability, major.minor."""
+    mig_mode: Literal["enabled", "disabled"] | None = None
     """Current MIG mode."""
-    mig_profiles: list[str] = Field(default_factory=list, alias="migProfiles")
-    """GPU-instance profiles the GPU offers (``1g.18gb`` …), whether or not MIG is on."""
-    pci_bus_id: str | None = Field(default=None, alias="pciBusId")
-    """PCI bus id, ``dddddddd:bb:dd.f``."""
-    numa_node: Annotated[int, Field(ge=0)] | None = Field(default=None, alias="numaNode")
+    mig_profiles: list[str] = Field(default_factory=list)
+    """GPU-instance profiles the GPU offers (1g.18gb, ...), whether or not MIG is on."""
+    pci_bus_id: str | None = None
+    """PCI bus id, dddddddd:bb:dd.f."""
+    numa_node: Annotated[int, Field(ge=0)] | None = None
     """NUMA node of the CPUs and memory nearest the GPU."""
-    cpu_affinity: str | None = Field(default=None, alias="cpuAffinity")
-    """CPUs nearest the GPU, as a Linux cpu list (``0-15,32-47``)."""
-    nvlink_peers: list[NvLinkPeer] = Field(default_factory=list, alias="nvlinkPeers")
-    """GPUs of this node reachable over NVLink; empty when none (or unknown, see status.unknown)."""
+    cpu_affinity: str | None = None
+    """CPUs nearest the GPU, as a Linux cpu list (0-15,32-47)."""
+    nvlink_peers: list[NvLinkPeer] = Field(default_factory=list)
+    """GPUs of this node reachable over NVLink; empty when none or unknown (see status.unknown)."""
     health: GpuHealth
     """Health verdict."""
 
 
-class NvLinkDomain(_Model):
-    """The multi-node NVLink domain (NVSwitch fabric clique) this node's GPUs belong to."""
+class NvLinkDomain(ApiModel):
+    """The multi-node NVLink domain (NVSwitch fabric clique) the node's GPUs belong to."""
 
     id: str
-    """``<clusterUuid>.<cliqueId>``, as GPU feature discovery writes ``nvidia.com/gpu.clique``."""
-    cluster_uuid: str = Field(alias="clusterUuid")
+    """<clusterUuid>.<cliqueId>, as GPU feature discovery writes nvidia.com/gpu.clique."""
+    cluster_uuid: str
     """The fabric's cluster UUID."""
-    clique_id: Annotated[int, Field(ge=0)] = Field(alias="cliqueId")
+    clique_id: int = Field(ge=0)
     """The clique within that cluster."""
     state: str
-    """Fabric registration state (``Completed``)."""
+    """Fabric registration state (Completed)."""
     status: str
-    """Fabric registration result (``Success``)."""
+    """Fabric registration result (Success)."""
     health: str | None = None
-    """Fabric health summary where the driver reports it (``Healthy``, ``Unhealthy``,
-    ``LimitedCapacity``)."""
+    """Fabric health summary where the driver reports it (Healthy, Unhealthy, LimitedCapacity)."""
 
 
-class IbPort(_Model):
+class IbPort(ApiModel):
     """One port of an InfiniBand (or RoCE) HCA."""
 
-    port: Annotated[int, Field(ge=0)]
+    port: int = Field(ge=0)
+    """Port number."""
     guid: str | None = None
-    """Port GUID, ``xxxx:xxxx:xxxx:xxxx``."""
+    """Port GUID, xxxx:xxxx:xxxx:xxxx."""
     state: str | None = None
-    """Logical port state (``ACTIVE``, ``DOWN`` …)."""
+    """Logical port state (ACTIVE, DOWN, ...)."""
     rate: str | None = None
-    """Link rate as the kernel reports it (``400 Gb/sec (4X NDR)``)."""
-    link_layer: str | None = Field(default=None, alias="linkLayer")
-    """``InfiniBand`` or ``Ethernet`` (RoCE)."""
+    """Link rate as the kernel reports it (400 Gb/sec (4X NDR))."""
+    link_layer: str | None = None
+    """InfiniBand or Ethernet (RoCE)."""
 
 
-class Hca(_Model):
-    """An RDMA host channel adapter from ``/sys/class/infiniband``."""
+class Hca(ApiModel):
+    """An RDMA host channel adapter from /sys/class/infiniband."""
 
     name: str
-    node_guid: str | None = Field(default=None, alias="nodeGuid")
+    """Device name (mlx5_0)."""
+    node_guid: str | None = None
+    """Node GUID."""
     ports: list[IbPort] = Field(default_factory=list)
+    """Its ports."""
 
 
-class Condition(_Model):
-    """A metav1-style condition."""
-
-    type: str
-    status: ConditionStatus
-    reason: Annotated[str, Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")]
-    message: str = ""
-    last_transition_time: str | None = Field(default=None, alias="lastTransitionTime")
-    """RFC 3339 time the status last changed."""
-
-
-class UnknownReading(_Model):
+class UnknownReading(ApiModel):
     """A reading the agent could not make."""
 
     what: str
-    """Which reading, e.g. ``gpu0.numaNode`` or ``fabric``."""
+    """Which reading, e.g. gpu0.numaNode or infiniband."""
     reason: str
-    """Why, e.g. ``NVMLError_NotSupported: Not Supported``."""
+    """Why, e.g. NVMLError_NotSupported: Not Supported."""
 
 
-class GPUNodeStatus(_Model):
-    """Everything the agent publishes."""
+class GPUNodeStatus(ApiModel):
+    """Everything the agent publishes about one node."""
 
     gpus: list[GpuStatus] = Field(default_factory=list)
-    nvlink_domain: NvLinkDomain | None = Field(default=None, alias="nvlinkDomain")
+    """The node's GPUs, by index."""
+    nvlink_domain: NvLinkDomain | None = None
     """Null when the node is its own NVLink domain."""
     hcas: list[Hca] = Field(default_factory=list)
-    conditions: list[Condition] = Field(default_factory=list)
-    """``Ready``, ``GPUHealthy``, ``NVLinkFabric``."""
-    last_seen: str | None = Field(default=None, alias="lastSeen")
-    """RFC 3339 time of the readings."""
+    """InfiniBand / RoCE adapters."""
+    conditions: list[Condition] = Field(default_factory=list, json_schema_extra=CONDITIONS_SCHEMA_EXTRA)
+    """Ready, GPUHealthy and NVLinkFabric."""
+    last_seen: dt.datetime | None = None
+    """When the agent last read the node."""
     unknown: list[UnknownReading] = Field(default_factory=list)
+    """Readings the agent could not make, and why."""
 
 
-class ObjectMeta(_Model):
-    """The part of metadata the agent sets; the API server fills in the rest."""
+class GPUNode(Resource):
+    """One node's GPUs, NVLink domain, HCAs and health, as its agent read them."""
 
-    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
+    crd: ClassVar[KindInfo] = KindInfo(
+        kind="GPUNode",
+        plural="gpunodes",
+        short_names=("gn",),
+        scope="Cluster",
+        printer_columns=(
+            PrinterColumn("Product", "string", ".status.gpus[0].product", "GPU product (GPU 0)"),
+            PrinterColumn("Domain", "string", ".status.nvlinkDomain.id", "NVLink domain"),
+            PrinterColumn(
+                "Healthy", "string", '.status.conditions[?(@.type=="GPUHealthy")].status', "All GPUs healthy"
+            ),
+            PrinterColumn("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "Readings ok", 1),
+            PrinterColumn("Seen", "date", ".status.lastSeen", "Last reading", 1),
+        ),
+    )
 
-    name: Annotated[str, Field(min_length=1, max_length=253)]
-
-
-class GPUNode(_Model):
-    """One node's GPUs, NVLink domain, HCAs and health."""
-
-    api_version: Literal["kubegang.io/v1alpha1"] = Field(default="kubegang.io/v1alpha1", alias="apiVersion")
     kind: Literal["GPUNode"] = "GPUNode"
-    metadata: ObjectMeta
+    """Always GPUNode."""
     status: GPUNodeStatus | None = None
+    """Written by the agent on the node of the same name."""

@@ -19,7 +19,7 @@ from kubegang.api._quantity import whole_count
 GPU_RESOURCE = "nvidia.com/gpu"
 """The extended resource name of a whole NVIDIA GPU (device plugin)."""
 
-QuantityValue = Annotated[StrictInt | StrictStr, Field()]
+QuantityValue = StrictInt | Annotated[StrictStr, Field(max_length=64)]
 """A resource quantity as written in a manifest: ``8`` or ``"8"``, ``"500m"``, ``"1Gi"``."""
 
 _GPU = f"self['{GPU_RESOURCE}']"
@@ -29,7 +29,7 @@ GPU_LIMIT_MESSAGE = (
 )
 GPU_LIMIT_RULE = cel(
     f"!('{GPU_RESOURCE}' in self) || (type({_GPU}) == int ? {_GPU} >= 0 : "
-    f"(isQuantity({_GPU}) && quantity({_GPU}).isInteger() && quantity({_GPU}).sign() >= 0))",
+    f"(isQuantity({_GPU}) && quantity({_GPU}).isInteger() && !quantity({_GPU}).isLessThan(quantity('0'))))",
     GPU_LIMIT_MESSAGE,
     reason="FieldValueInvalid",
 )

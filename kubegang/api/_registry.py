@@ -16,8 +16,9 @@ from kubegang.api._common import API_VERSION
 from kubegang.api._gpujob import GPUJob
 from kubegang.api._gpuqueue import GPUQueue
 from kubegang.api._resource import Resource
+from kubegang.api.gpunode import GPUNode
 
-KINDS: tuple[type[Resource], ...] = (GPUJob, GPUQueue)
+KINDS: tuple[type[Resource], ...] = (GPUJob, GPUQueue, GPUNode)
 """Every kind the CRD generator writes, in file order."""
 
 

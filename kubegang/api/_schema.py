@@ -21,6 +21,7 @@ _COPIED = frozenset({
 _DROPPED = frozenset({"title", "examples"})
 _NULL = {"type": "null"}
 _FIRST = ("type", "description")
+_STRING_BOUNDS = frozenset({"maxLength", "minLength", "pattern"})
 _LITERAL = re.compile(r"``([^`]+)``")
 
 
@@ -106,8 +107,10 @@ class _Converter:
         if len(options) == 1:
             return {**options[0], **node}
         types = sorted(str(option.get("type")) for option in options)
-        if types == ["integer", "string"] and all(set(option) == {"type"} for option in options):
-            return {"x-kubernetes-int-or-string": True, **node}
+        if types == ["integer", "string"]:
+            bounds = {k: v for option in options for k, v in option.items() if k != "type"}
+            if set(bounds) <= _STRING_BOUNDS:
+                return {"x-kubernetes-int-or-string": True, **bounds, **node}
         raise SchemaError(f"{path or '<root>'}: anyOf {types} has no structural equivalent")
 
     def _additional(self, value: Any, node: Mapping[str, Any], path: str) -> dict[str, Any] | None:

@@ -111,13 +111,8 @@ class Admission:
         for problem in problems:
             log.error("GPUQueue tree problem: %s", problem)
         for job in self.cache.holding():
-            verdict = self.quota.admit(job)
-            if not verdict.ok:
-                # Queues shrank under running gangs: keep them running (evicting is a policy
-                # decision for preemption, not for a resync) and say so.
-                log.warning(
-                    "job %s holds more than queue %s now allows: %s", job.key, job.queue, verdict.reason
-                )
+            # An admission is a fact even if a lowered quota would refuse it today: record, not admit.
+            self.quota.record(job)
         self.cache.queues_changed = False
         return problems
 
@@ -179,9 +174,7 @@ class Admission:
             return await self._preempt_or_queue(job, "InsufficientGPUs", f"waiting for GPUs: {plan.reason}")
         taken = self.quota.admit(job)
         if not taken.ok:
-            return await self._queued(
-                job, "QuotaExhausted", f"waiting for quota in queue {job.queue}: {taken.reason}"
-            )
+            return await self._queued(job, "QuotaExhausted", f"waiting for quota in queue {job.queue}: {taken.reason}")
         with _timed("reserve"):
             reserved = await self.placement.reserve(job, plan.placement)
         if not reserved.ok:
@@ -207,9 +200,7 @@ class Admission:
             return Outcome(job.key, "Error", error)
         self._preempting.pop(job.uid, None)
         metrics.JOBS_ADMITTED.labels(job.queue).inc()
-        metrics.QUEUE_WAIT_SECONDS.labels(job.queue).observe(
-            max((self.clock() - job.created).total_seconds(), 0)
-        )
+        metrics.QUEUE_WAIT_SECONDS.labels(job.queue).observe(max((self.clock() - job.created).total_seconds(), 0))
         message = f"admitted to queue {job.queue} on {len(plan.placement.nodes)} nodes" + (
             f" in {plan.placement.domain}" if plan.placement.domain else ""
         )
@@ -258,9 +249,7 @@ class Admission:
     async def _undo_admission(self, job: JobView, error: str) -> None:
         await self.teardown(job)
         self.cache.forget(job.uid)
-        patch = transition(
-            job.status, Phase.QUEUED, "AdmissionFailed", f"requeued: {error}", now=self.clock()
-        )
+        patch = transition(job.status, Phase.QUEUED, "AdmissionFailed", f"requeued: {error}", now=self.clock())
         patch.update(_NOT_ADMITTED)
         self.cache.assume(job, patch)
         try:
@@ -341,9 +330,7 @@ class Admission:
         current = get_condition(job.status.get("conditions") or [], cond_type)
         if job.phase is phase and current is not None and current.get("message") == message:
             return  # nothing new to tell; avoid a write per cycle per waiting job
-        patch = transition(
-            job.status, phase, reason, message, now=self.clock(), observed_generation=job.generation
-        )
+        patch = transition(job.status, phase, reason, message, now=self.clock(), observed_generation=job.generation)
         if phase is Phase.UNSCHEDULABLE:
             await self.kube.event(job, reason, message, warning=True)
         self.cache.assume(job, patch)

@@ -216,9 +216,7 @@ def build_config_map(job: JobView) -> dict[str, Any]:
     }
 
 
-def build_gang(
-    job: JobView, placement: GangPlacement, *, master_port: int = DEFAULT_MASTER_PORT
-) -> GangObjects:
+def build_gang(job: JobView, placement: GangPlacement, *, master_port: int = DEFAULT_MASTER_PORT) -> GangObjects:
     """Every object of ``job``'s gang for ``placement``; ValueError if the placement does not cover it."""
     indices = sorted(slot.index for slot in placement.slots)
     if indices != list(range(job.replicas)):

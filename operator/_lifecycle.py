@@ -69,9 +69,7 @@ def pod_state(body: Mapping[str, Any]) -> PodState:
         if isinstance(code, int) and code != 0 and exit_code is None:
             exit_code = code
             failure_reason = failure_reason or terminated.get("reason")
-    ready = any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
-    )
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return PodState(
         name=str(meta.get("name", "")),
         index=_int_or(labels.get(LABEL_REPLICA_INDEX), -1),
@@ -210,9 +208,7 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
         )
 
     if len(current) == job.replicas and all(p.phase == "Succeeded" for p in current.values()):
-        return Decision(
-            Action.SUCCEED, "AllReplicasSucceeded", f"all {job.replicas} replicas succeeded", ready=ready
-        )
+        return Decision(Action.SUCCEED, "AllReplicasSucceeded", f"all {job.replicas} replicas succeeded", ready=ready)
 
     unbound = [p for p in current.values() if not p.bound_node]
     if created is not None and (unbound or missing):
@@ -229,8 +225,6 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
                 excluded_nodes=nodes,
                 stale_pods=stale,
             )
-        return Decision(
-            Action.PROGRESS, ready=ready, running=all_running, stale_pods=stale, recheck_after=left
-        )
+        return Decision(Action.PROGRESS, ready=ready, running=all_running, stale_pods=stale, recheck_after=left)
 
     return Decision(Action.PROGRESS, ready=ready, running=all_running, stale_pods=stale)

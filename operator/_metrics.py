@@ -21,9 +21,7 @@ QUEUE_ADMITTED_JOBS = Gauge(
     "kubegang_queue_admitted_jobs", "Jobs holding quota per leaf queue.", ["queue"], registry=REGISTRY
 )
 JOBS_ADMITTED = Counter("kubegang_jobs_admitted_total", "Gangs admitted.", ["queue"], registry=REGISTRY)
-JOBS_PREEMPTED = Counter(
-    "kubegang_jobs_preempted_total", "Gangs evicted whole.", ["queue"], registry=REGISTRY
-)
+JOBS_PREEMPTED = Counter("kubegang_jobs_preempted_total", "Gangs evicted whole.", ["queue"], registry=REGISTRY)
 GANG_RESTARTS = Counter(
     "kubegang_gang_restarts_total",
     "Whole-gang restarts after a pod failure or timeout.",
@@ -37,6 +35,4 @@ QUEUE_WAIT_SECONDS = Histogram(
     registry=REGISTRY,
     buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200),
 )
-IS_LEADER = Gauge(
-    "kubegang_operator_is_leader", "1 while this replica holds the leader Lease.", registry=REGISTRY
-)
+IS_LEADER = Gauge("kubegang_operator_is_leader", "1 while this replica holds the leader Lease.", registry=REGISTRY)

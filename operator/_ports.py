@@ -56,6 +56,10 @@ class QuotaPort(Protocol):
         """Take ``job``'s quota up the tree atomically, or refuse with a reason."""
         ...
 
+    def record(self, job: JobView) -> None:
+        """Account a job that already holds an admission, without checking limits (rebuilds)."""
+        ...
+
     def release(self, job_uid: str) -> None:
         """Give back the quota of ``job_uid`` (no-op when it holds none)."""
         ...
@@ -76,9 +80,7 @@ class QuotaPort(Protocol):
 class PlacementPort(Protocol):
     """The extender's Placement service: where a gang goes."""
 
-    async def plan(
-        self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None
-    ) -> PlanResult:
+    async def plan(self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None) -> PlanResult:
         """A placement for the whole gang now, or the reason there is none."""
         ...
 

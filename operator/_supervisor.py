@@ -38,9 +38,7 @@ class Supervisor:
                 log.exception("supervising %s failed; retrying next pass", job.key)
                 continue
             if decision.recheck_after is not None:
-                next_due = (
-                    decision.recheck_after if next_due is None else min(next_due, decision.recheck_after)
-                )
+                next_due = decision.recheck_after if next_due is None else min(next_due, decision.recheck_after)
         return next_due
 
     async def supervise(self, job: JobView) -> Decision:
@@ -67,9 +65,7 @@ class Supervisor:
             )
             await self.kube.event(job, "Suspended", decision.message)
         elif action is Action.RESUME:
-            await self._write(
-                job, transition(job.status, Phase.QUEUED, decision.reason, decision.message, now=now)
-            )
+            await self._write(job, transition(job.status, Phase.QUEUED, decision.reason, decision.message, now=now))
         elif action is Action.EXPIRE:
             log.info("deleting %s: %s", job.key, decision.message)
             await self.kube.delete("GPUJob", job.namespace, job.name)

@@ -57,9 +57,7 @@ class GangPlacement:
         slots = []
         for pod in pods:
             try:
-                slots.append(
-                    PodSlot(index=int(pod["index"]), node=str(pod["node"]), gpus=tuple(pod.get("gpus") or ()))
-                )
+                slots.append(PodSlot(index=int(pod["index"]), node=str(pod["node"]), gpus=tuple(pod.get("gpus") or ())))
             except (KeyError, TypeError, ValueError):
                 raise ValueError(f"status.placement.pods entry is malformed: {pod!r}") from None
         return cls(

@@ -118,6 +118,10 @@ class FakeQuota:
             self.jobs[job.uid] = job
         return verdict
 
+    def record(self, job: JobView) -> None:
+        self.held[job.uid] = (job.queue, job.total_gpus)
+        self.jobs[job.uid] = job
+
     def release(self, job_uid: str) -> None:
         self.held.pop(job_uid, None)
 
@@ -153,9 +157,7 @@ class FakePlacement:
             slots.append(PodSlot(index, node, tuple(range(job.gpus_per_replica))))
         return GangPlacement(tuple(slots), domain="leaf-1")
 
-    async def plan(
-        self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None
-    ) -> PlanResult:
+    async def plan(self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None) -> PlanResult:
         self.plans.append((job.uid, excluded_nodes, preferred_domain))
         placement = self._plan(job, self.free, excluded_nodes)
         if placement is None:
@@ -231,9 +233,7 @@ def cache() -> ClusterCache:
 class World:
     """A cache, the three fakes, and the admission and supervisor wired to them."""
 
-    def __init__(
-        self, capacity: dict[str, int], nodes: dict[str, int], ceiling: dict[str, int] | None
-    ) -> None:
+    def __init__(self, capacity: dict[str, int], nodes: dict[str, int], ceiling: dict[str, int] | None) -> None:
         from kubegang.operator._admission import Admission
         from kubegang.operator._supervisor import Supervisor
 

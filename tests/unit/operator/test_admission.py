@@ -7,9 +7,7 @@ from kubegang.operator._conditions import CondType, get_condition, is_true
 NODES = {f"node-{i}": 8 for i in range(10)}  # 80 GPUs
 
 
-async def test_two_sixty_percent_gangs_one_runs_whole_other_waits_with_no_pods(
-    job_body: Any, make_world: Any
-) -> None:
+async def test_two_sixty_percent_gangs_one_runs_whole_other_waits_with_no_pods(job_body: Any, make_world: Any) -> None:
     w = make_world({"team-a": 160}, NODES)
     w.submit(job_body("first", replicas=6, gpus=8, created="2025-01-01T00:00:00Z"))
     w.submit(job_body("second", replicas=6, gpus=8, created="2025-01-01T00:00:01Z"))
@@ -46,9 +44,7 @@ async def test_job_larger_than_queue_ceiling_is_unschedulable(job_body: Any, mak
     status = w.last_status("team-a/huge")
     assert status["phase"] == "Unschedulable"
     cond = get_condition(status["conditions"], CondType.UNSCHEDULABLE)
-    assert (
-        cond is not None and cond["message"] == "needs 64 GPUs but queue team-a can never hold more than 32"
-    )
+    assert cond is not None and cond["message"] == "needs 64 GPUs but queue team-a can never hold more than 32"
     assert any(e[1] == "ExceedsQueueCapacity" and e[3] for e in w.kube.events)
 
 
@@ -70,9 +66,7 @@ async def test_failed_pod_creation_undoes_every_step(job_body: Any, make_world: 
     assert len(w.kube.pods()) == 3
 
 
-async def test_preemption_evicts_only_what_is_needed_and_names_the_preemptor(
-    job_body: Any, make_world: Any
-) -> None:
+async def test_preemption_evicts_only_what_is_needed_and_names_the_preemptor(job_body: Any, make_world: Any) -> None:
     w = make_world({"team-a": 80}, NODES)
     for i in range(5):
         w.submit(job_body(f"low-{i}", replicas=2, gpus=8, created=f"2025-01-01T00:00:0{i}Z"))
@@ -88,10 +82,7 @@ async def test_preemption_evicts_only_what_is_needed_and_names_the_preemptor(
     victim = w.last_status("team-a/low-0")
     assert victim["phase"] == "Queued"
     cond = get_condition(victim["conditions"], CondType.PREEMPTED)
-    assert (
-        cond is not None
-        and cond["message"] == "preempted by team-a/high to make room for a higher-priority job"
-    )
+    assert cond is not None and cond["message"] == "preempted by team-a/high to make room for a higher-priority job"
     assert is_true(victim["conditions"], CondType.QUEUED)
     assert ("team-a/low-0", "Preempted", cond["message"], True) in w.kube.events
     # Whole gangs: every pod of both victims deleted, none of the others.
@@ -108,9 +99,7 @@ async def test_preemption_evicts_only_what_is_needed_and_names_the_preemptor(
     assert high.uid in w.quota.held
 
 
-async def test_no_preemption_when_eviction_would_not_let_the_preemptor_run(
-    job_body: Any, make_world: Any
-) -> None:
+async def test_no_preemption_when_eviction_would_not_let_the_preemptor_run(job_body: Any, make_world: Any) -> None:
     w = make_world({"team-a": 200}, {"node-0": 8, "node-1": 8})
     w.submit(job_body("low", replicas=1, gpus=8))
     await w.admission.run_cycle()

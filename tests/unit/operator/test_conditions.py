@@ -15,9 +15,7 @@ def test_transition_time_moves_only_on_status_flip() -> None:
     assert cond is not None
     assert cond["lastTransitionTime"] == "2025-01-01T00:00:00Z"
     assert cond["message"] == "second"
-    flipped = get_condition(
-        set_condition(again, CondType.QUEUED, False, "Admitted", "x", now=T1), CondType.QUEUED
-    )
+    flipped = get_condition(set_condition(again, CondType.QUEUED, False, "Admitted", "x", now=T1), CondType.QUEUED)
     assert flipped is not None and flipped["lastTransitionTime"] == "2025-01-01T00:05:00Z"
 
 

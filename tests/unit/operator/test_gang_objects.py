@@ -30,12 +30,8 @@ def test_every_pod_is_pinned_labelled_and_owned(job_body: Any) -> None:
         assert meta["annotations"] == {"kubegang.io/node": f"node-{i}", "kubegang.io/gpus": "0,1"}
         assert spec["schedulerName"] == "kubegang"
         assert spec["restartPolicy"] == "Never"
-        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-            "nodeSelectorTerms"
-        ]
-        assert terms == [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [f"node-{i}"]}]}
-        ]
+        terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [f"node-{i}"]}]}]
         owner = meta["ownerReferences"][0]
         assert (owner["kind"], owner["uid"], owner["controller"], owner["blockOwnerDeletion"]) == (
             "GPUJob",

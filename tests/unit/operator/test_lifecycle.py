@@ -90,9 +90,7 @@ def test_suspend_releases_admitted_and_queued_jobs(job_body: Any) -> None:
 
 def test_ttl_after_finished(job_body: Any) -> None:
     job = job_view(
-        job_body(
-            ttlSecondsAfterFinished=100, status={"phase": "Failed", "finishedAt": "2025-01-01T00:00:00Z"}
-        )
+        job_body(ttlSecondsAfterFinished=100, status={"phase": "Failed", "finishedAt": "2025-01-01T00:00:00Z"})
     )
     wait = decide(job, [], T0 + dt.timedelta(seconds=40))
     assert wait.action is Action.NONE and wait.recheck_after == 60

@@ -15,9 +15,7 @@ async def admitted_world(make_world: Any, job_body: Any, **spec: Any) -> Any:
     return w, job
 
 
-async def test_failed_worker_restarts_whole_gang_preferring_its_domain(
-    make_world: Any, job_body: Any
-) -> None:
+async def test_failed_worker_restarts_whole_gang_preferring_its_domain(make_world: Any, job_body: Any) -> None:
     w, job = await admitted_world(make_world, job_body)
     w.echo_pods()
     await w.supervisor.supervise(w.cache.job(job.uid))

@@ -1,0 +1,228 @@
+"""``QuotaBook``: the operator's QuotaPort over the core quota tree (``kubegang.quota``).
+
+Translates GPUQueue objects into ``QueueSpec`` values and jobs into per-flavour usage, and keeps the
+tree as derived state: it is rebuilt from the API (queues, then the jobs that hold an admission)
+whenever queues change or this replica becomes leader.
+
+A job's flavour is its ``gpuProduct``; a job that names none uses the only flavour of its queue's
+tree when there is exactly one, else ``nvidia.com/gpu``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pydantic
+
+from kubegang.api import GPUQueue
+from kubegang.operator._conditions import parse_rfc3339
+from kubegang.operator._job import JobView
+from kubegang.operator._ports import Candidate, QueueUsage
+from kubegang.operator._types import Verdict
+from kubegang.quota import (
+    BorrowWithinParent,
+    CandidateReason,
+    Decision,
+    FlavorQuota,
+    Ok,
+    PendingJob,
+    PendingQueues,
+    PreemptionPolicy,
+    QueueSpec,
+    QuotaSpecError,
+    QuotaTree,
+    ReclaimFromBorrowers,
+    RunningJob,
+    Unschedulable,
+    WithinQueue,
+    candidates_for,
+    fits_after_eviction,
+)
+
+log = logging.getLogger("kubegang.operator.quota")
+
+DEFAULT_FLAVOR = "nvidia.com/gpu"
+
+PriorityOf = Callable[[JobView], int]
+
+
+def queue_spec(body: Mapping[str, Any]) -> QueueSpec:
+    """The core QueueSpec of a GPUQueue object; pydantic.ValidationError when malformed."""
+    model = GPUQueue.model_validate({k: v for k, v in body.items() if k != "status"})
+    spec = model.spec
+    return QueueSpec(
+        name=str(model.metadata.name),
+        parent=spec.parent,
+        weight=spec.weight,
+        quotas={
+            r.flavor: FlavorQuota(nominal=r.nominal, borrowing_limit=r.borrowing_limit, lending_limit=r.lending_limit)
+            for r in spec.resources
+        },
+        preemption=PreemptionPolicy(
+            within_queue=WithinQueue(spec.preemption.within_queue),
+            reclaim_from_borrowers=ReclaimFromBorrowers(spec.preemption.reclaim_from_borrowers),
+            borrow_within_parent=BorrowWithinParent(spec.preemption.borrow_within_parent),
+        ),
+    )
+
+
+class QuotaBook:
+    """QuotaPort backed by :class:`kubegang.quota.QuotaTree`."""
+
+    def __init__(self, priority_of: PriorityOf) -> None:
+        self.priority_of = priority_of
+        self.tree = QuotaTree([])
+        self._namespaces: dict[str, frozenset[str]] = {}
+        self._queue_priority: dict[str, int] = {}
+        self._held: dict[str, JobView] = {}
+
+    # -- tree ------------------------------------------------------------------------------------
+    def set_queues(self, queues: Sequence[Mapping[str, Any]]) -> list[str]:
+        specs: list[QueueSpec] = []
+        problems: list[str] = []
+        namespaces: dict[str, frozenset[str]] = {}
+        priorities: dict[str, int] = {}
+        for body in queues:
+            name = (body.get("metadata") or {}).get("name", "?")
+            try:
+                specs.append(queue_spec(body))
+                model = GPUQueue.model_validate({k: v for k, v in body.items() if k != "status"})
+            except pydantic.ValidationError as exc:
+                problems.append(f"GPUQueue {name}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
+                continue
+            namespaces[str(name)] = frozenset(model.spec.namespaces)
+            if model.spec.priority is not None:
+                priorities[str(name)] = model.spec.priority
+        try:
+            tree = QuotaTree(specs)
+        except QuotaSpecError as exc:
+            # Keep admitting under the last valid tree; the new one is reported, not half-applied.
+            return [*problems, str(exc)]
+        self.tree = tree
+        self._namespaces = namespaces
+        self._queue_priority = priorities
+        self._held = {}
+        return problems
+
+    def flavor_of(self, job: JobView) -> str:
+        """The quota flavour the job's GPUs count against."""
+        if job.gpu_product:
+            return job.gpu_product
+        flavors = self.tree.flavors
+        return flavors[0] if len(flavors) == 1 else DEFAULT_FLAVOR
+
+    def usage_of(self, job: JobView) -> dict[str, int]:
+        """GPUs per flavour of the whole gang."""
+        return {self.flavor_of(job): job.total_gpus} if job.total_gpus else {}
+
+    def priority(self, job: JobView) -> int:
+        """Explicit spec.priority, else the PriorityClass value, else the queue's default."""
+        if job.priority is not None:
+            return job.priority
+        if job.priority_class:
+            return self.priority_of(job)
+        return self._queue_priority.get(job.queue, 0)
+
+    # -- QuotaPort -------------------------------------------------------------------------------
+    def order(self, pending: Sequence[JobView]) -> list[JobView]:
+        queues = PendingQueues(self.tree)
+        leaves = set(self.tree.leaves)
+        by_uid = {job.uid: job for job in pending}
+        stray: list[JobView] = []
+        for job in pending:
+            if job.queue not in leaves:
+                stray.append(job)  # can_admit explains: no such leaf queue
+                continue
+            queues.push(PendingJob(job.uid, job.queue, self.usage_of(job), self.priority(job), job.created.timestamp()))
+        return [by_uid[head.job_id] for head in queues.heads()] + stray
+
+    def _namespace_refusal(self, job: JobView) -> Verdict | None:
+        allowed = self._namespaces.get(job.queue)
+        if allowed and job.namespace not in allowed:
+            return Verdict(
+                False,
+                f"queue {job.queue} does not serve namespace {job.namespace} (it serves: {', '.join(sorted(allowed))})",
+                never=True,
+            )
+        return None
+
+    def can_admit(self, job: JobView) -> Verdict:
+        refusal = self._namespace_refusal(job)
+        if refusal is not None:
+            return refusal
+        return _verdict(self.tree.can_admit(job.queue, self.usage_of(job)))
+
+    def admit(self, job: JobView) -> Verdict:
+        if job.uid in self.tree:
+            return Verdict(True)
+        refusal = self._namespace_refusal(job)
+        if refusal is not None:
+            return refusal
+        verdict = _verdict(self.tree.admit(job.uid, job.queue, self.usage_of(job)))
+        if verdict.ok:
+            self._held[job.uid] = job
+        return verdict
+
+    def record(self, job: JobView) -> None:
+        if job.uid in self.tree:
+            return
+        try:
+            self.tree.record(job.uid, job.queue, self.usage_of(job))
+        except ValueError as exc:
+            log.error("cannot account job %s in queue %s: %s", job.key, job.queue, exc)
+            return
+        self._held[job.uid] = job
+
+    def release(self, job_uid: str) -> None:
+        self.tree.release(job_uid)
+        self._held.pop(job_uid, None)
+
+    def _pending_job(self, job: JobView) -> PendingJob:
+        return PendingJob(job.uid, job.queue, self.usage_of(job), self.priority(job), job.created.timestamp())
+
+    def can_admit_without(self, job: JobView, evicted: Sequence[str]) -> Verdict:
+        return _verdict(fits_after_eviction(self.tree, self._pending_job(job), evicted))
+
+    def preemption_candidates(self, job: JobView) -> list[Candidate]:
+        if job.queue not in set(self.tree.leaves):
+            return []
+        running = [
+            RunningJob(
+                held.uid,
+                held.queue,
+                self.usage_of(held),
+                self.priority(held),
+                parse_rfc3339(held.admitted_at).timestamp() if held.admitted_at else 0.0,
+            )
+            for held in self._held.values()
+        ]
+        return [
+            Candidate(self._held[c.job.job_id], _why(c.reason, job, self._held[c.job.job_id]))
+            for c in candidates_for(self._pending_job(job), self.tree, running)
+        ]
+
+    def usage(self) -> Mapping[str, QueueUsage]:
+        out: dict[str, QueueUsage] = {}
+        for name in self.tree.queues:
+            status = self.tree.status(name)
+            out[name] = QueueUsage(
+                usage=dict(status.usage), borrowed=dict(status.borrowed), fair_share=status.fair_share
+            )
+        return out
+
+
+def _verdict(decision: Decision) -> Verdict:
+    if isinstance(decision, Ok):
+        return Verdict(True)
+    return Verdict(False, decision.reason, never=isinstance(decision, Unschedulable))
+
+
+def _why(reason: CandidateReason, preemptor: JobView, victim: JobView) -> str:
+    """The end of "preempted by <preemptor> ..." in the victim's condition."""
+    if reason is CandidateReason.WITHIN_QUEUE:
+        return f"(higher priority in queue {victim.queue})"
+    if reason is CandidateReason.RECLAIM_FROM_BORROWERS:
+        return f"to reclaim nominal quota of queue {preemptor.queue} (queue {victim.queue} was borrowing it)"
+    return f"(higher priority; queue {victim.queue} was running on borrowed quota)"

@@ -7,10 +7,12 @@ Public API::
     plan(gang, snapshot) -> Placement | Unplaceable
     feasible_nodes, node_score, node_scores  the extender's filter / prioritize helpers
     largest_placeable                        fragmentation metric per level
+    fill_random                              random background load (benchmarks, tests)
 """
 
 from kubegang.placement._fit import node_reason, pods_fit
 from kubegang.placement._metrics import largest_placeable
+from kubegang.placement._occupancy import fill_random
 from kubegang.placement._plan import explain_node, plan
 from kubegang.placement._request import MILLI, GangRequest, Toleration
 from kubegang.placement._result import Placement, PlanResult, PodAssignment, Unplaceable
@@ -33,6 +35,7 @@ __all__ = [
     "Unplaceable",
     "explain_node",
     "feasible_nodes",
+    "fill_random",
     "largest_placeable",
     "node_reason",
     "node_score",

@@ -157,6 +157,8 @@ def build_status(
     gpus = [_gpu_status(gpu, peers[gpu.index], fatal_xids) for gpu in readings.gpus]
     return GPUNodeStatus(
         gpus=gpus,
+        gpu_count=len(gpus),
+        healthy_gpus=sum(g.health.healthy for g in gpus),
         nvlink_domain=nvlink_domain(readings.gpus).domain,
         hcas=list(readings.hcas),
         conditions=_conditions(readings, gpus, previous.conditions if previous else (), now),

@@ -130,6 +130,10 @@ class GPUNodeStatus(ApiModel):
 
     gpus: list[GpuStatus] = Field(default_factory=list)
     """The node's GPUs, by index."""
+    gpu_count: int = Field(default=0, ge=0)
+    """How many GPUs (len(gpus)), for kubectl get."""
+    healthy_gpus: int = Field(default=0, ge=0)
+    """How many GPUs are healthy, for kubectl get."""
     nvlink_domain: NvLinkDomain | None = None
     """Null when the node is its own NVLink domain."""
     hcas: list[Hca] = Field(default_factory=list)
@@ -151,12 +155,9 @@ class GPUNode(Resource):
         short_names=("gn",),
         scope="Cluster",
         printer_columns=(
-            PrinterColumn("Product", "string", ".status.gpus[0].product", "GPU product (GPU 0)"),
+            PrinterColumn("GPUs", "integer", ".status.gpuCount", "GPUs on the node"),
+            PrinterColumn("Healthy", "integer", ".status.healthyGpus", "GPUs fit for new work"),
             PrinterColumn("Domain", "string", ".status.nvlinkDomain.id", "NVLink domain"),
-            PrinterColumn(
-                "Healthy", "string", '.status.conditions[?(@.type=="GPUHealthy")].status', "All GPUs healthy"
-            ),
-            PrinterColumn("Ready", "string", '.status.conditions[?(@.type=="Ready")].status', "Readings ok", 1),
             PrinterColumn("Seen", "date", ".status.lastSeen", "Last reading", 1),
         ),
     )

@@ -1,0 +1,152 @@
+"""The leader's work loop: rebuild from the API, then admit, supervise and report, one at a time.
+
+A single asyncio task runs the admission cycle, the gang supervisor and the GPUQueue status writer in
+turn, so no two decisions ever race inside one process, and only the replica that holds the Lease
+runs it. It wakes on any cache change (debounced) or after ``resync_seconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from kubegang.operator import _metrics as metrics
+from kubegang.operator._admission import Admission
+from kubegang.operator._cache import ClusterCache
+from kubegang.operator._ports import KubePort, QuotaPort
+from kubegang.operator._supervisor import Supervisor
+
+log = logging.getLogger("kubegang.operator.controller")
+
+DEBOUNCE_SECONDS = 0.05
+"""Let a burst of watch events settle into one cycle."""
+
+
+class Leadership(Protocol):
+    """What the loop needs from an elector."""
+
+    leading: asyncio.Event
+
+    @property
+    def is_leader(self) -> bool: ...
+
+
+Resync = Callable[[ClusterCache], Awaitable[None]]
+
+
+def queue_status(cache: ClusterCache, quota: QuotaPort) -> dict[str, dict[str, Any]]:
+    """The status of every GPUQueue: usage and borrowing from quota, job counts from the cache."""
+    parents = {name: (body.get("spec") or {}).get("parent") for name, body in cache.queues.items()}
+
+    def up(queue: str) -> list[str]:
+        chain, seen = [], set()
+        current: str | None = queue
+        while current and current not in seen:
+            seen.add(current)
+            chain.append(current)
+            current = parents.get(current)
+        return chain
+
+    pending: dict[str, int] = dict.fromkeys(cache.queues, 0)
+    admitted: dict[str, int] = dict.fromkeys(cache.queues, 0)
+    for job in cache.pending():
+        for name in up(job.queue):
+            if name in pending:
+                pending[name] += 1
+    for job in cache.holding():
+        for name in up(job.queue):
+            if name in admitted:
+                admitted[name] += 1
+    usage = quota.usage()
+    out: dict[str, dict[str, Any]] = {}
+    for name in cache.queues:
+        u = usage.get(name)
+        used = dict(u.usage) if u else {}
+        borrowed = dict(u.borrowed) if u else {}
+        out[name] = {
+            "usage": [{"flavor": f, "gpus": g} for f, g in sorted(used.items())],
+            "borrowed": [{"flavor": f, "gpus": g} for f, g in sorted(borrowed.items()) if g],
+            "usedGPUs": sum(used.values()),
+            "pending": pending[name],
+            "admitted": admitted[name],
+            "fairShare": round(u.fair_share, 6) if u else 0.0,
+        }
+        metrics.QUEUE_ADMITTED_JOBS.labels(name).set(admitted[name])
+    return out
+
+
+class Controller:
+    """Runs the leader's loop; ``resync`` reloads the cache from the API on each new leadership."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        admission: Admission,
+        leadership: Leadership,
+        kube: KubePort,
+        *,
+        resync: Resync | None = None,
+        resync_seconds: float = 5.0,
+    ) -> None:
+        self.cache = cache
+        self.admission = admission
+        self.supervisor = Supervisor(admission)
+        self.leadership = leadership
+        self.kube = kube
+        self.resync = resync
+        self.resync_seconds = resync_seconds
+        self._written: dict[str, Mapping[str, Any]] = {}
+
+    async def run(self) -> None:
+        """Forever: wait for leadership, rebuild, then cycle while leading."""
+        while True:
+            await self.leadership.leading.wait()
+            log.info("leading: rebuilding state from the API")
+            try:
+                if self.resync is not None:
+                    await self.resync(self.cache)
+                self.admission.sync_queues()
+                self._written.clear()
+            except Exception:
+                log.exception("rebuilding state failed; retrying")
+                await asyncio.sleep(1)
+                continue
+            while self.leadership.is_leader:
+                due = await self.step()
+                timeout = min(self.resync_seconds, due if due is not None else math.inf)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.cache.wake.wait(), timeout=max(timeout, DEBOUNCE_SECONDS))
+                await asyncio.sleep(DEBOUNCE_SECONDS)
+            log.info("no longer leading: standing by")
+
+    async def step(self) -> float | None:
+        """One admission cycle, one supervision pass, one queue-status write; never raises."""
+        self.cache.wake.clear()
+        due: float | None = None
+        try:
+            outcomes = await self.admission.run_cycle()
+            for outcome in outcomes:
+                log.debug("admission %s: %s %s", outcome.job, outcome.result, outcome.message)
+        except Exception:
+            log.exception("admission cycle failed")
+        try:
+            due = await self.supervisor.run_pass()
+        except Exception:
+            log.exception("supervision pass failed")
+        try:
+            await self.write_queue_status()
+        except Exception:
+            log.exception("writing GPUQueue status failed")
+        return due
+
+    async def write_queue_status(self) -> None:
+        """Patch each GPUQueue's status when it changed since the last write."""
+        for name, status in queue_status(self.cache, self.admission.quota).items():
+            if self._written.get(name) == status:
+                continue
+            await self.kube.patch_queue_status(name, status)
+            self._written[name] = status

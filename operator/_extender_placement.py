@@ -1,0 +1,104 @@
+"""``ExtenderPlacement``: the operator's PlacementPort over the extender's gRPC ``PlacementClient``.
+
+Translates jobs into the core's ``GangRequest`` and core placements into ``GangPlacement``. An
+unreachable or refusing extender is an answer ("waiting for the extender: ..."), never an exception
+that would stop the admission cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import grpc
+
+from kubegang.extender.client import PlacementClient
+from kubegang.levels import Level
+from kubegang.operator._job import JobView
+from kubegang.operator._types import GangPlacement, PlanResult, PodSlot, Verdict
+from kubegang.placement import GangRequest, Placement
+
+log = logging.getLogger("kubegang.operator.placement")
+
+
+def gang_request(job: JobView, excluded_nodes: frozenset[str] = frozenset()) -> GangRequest:
+    """The core GangRequest of ``job`` (id = job UID)."""
+    pod_spec = job.template.get("spec") or {}
+    return GangRequest(
+        id=job.uid,
+        pods=job.replicas,
+        gpus_per_pod=job.gpus_per_replica,
+        gpu_product=job.gpu_product,
+        node_selector=dict(pod_spec.get("nodeSelector") or {}),
+        excluded_nodes=excluded_nodes,
+        required_level=Level.parse(job.required_level) if job.required_level else None,
+        preferred_level=Level.parse(job.preferred_level) if job.preferred_level else None,
+    )
+
+
+def to_gang_placement(placement: Placement) -> GangPlacement:
+    """The operator's form of a core placement."""
+    return GangPlacement(
+        slots=tuple(PodSlot(a.pod, a.node, tuple(a.gpus)) for a in placement.assignments),
+        domain=placement.domain,
+        level=placement.level.label,
+    )
+
+
+class ExtenderPlacement:
+    """PlacementPort backed by the extender."""
+
+    def __init__(self, client: PlacementClient, *, reservation_ttl_seconds: int = 120) -> None:
+        self.client = client
+        self.reservation_ttl_seconds = reservation_ttl_seconds
+        self._planned: dict[str, tuple[GangRequest, Placement]] = {}
+
+    async def plan(self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None) -> PlanResult:
+        # The gRPC request has no preferred domain yet; the narrowest-first search usually lands a
+        # restarted gang where it was, since that domain's GPUs were just freed.
+        del preferred_domain
+        gang = gang_request(job, excluded_nodes)
+        try:
+            result = await self.client.plan(gang, namespace=job.namespace, name=job.name)
+        except grpc.aio.AioRpcError as exc:
+            return PlanResult(None, f"extender unavailable ({exc.code().name}): {exc.details()}")
+        if isinstance(result, Placement):
+            self._planned[job.uid] = (gang, result)
+            return PlanResult(to_gang_placement(result))
+        return PlanResult(None, result.reason)
+
+    async def reserve(self, job: JobView, placement: GangPlacement) -> Verdict:
+        gang, planned = self._planned.pop(job.uid, (gang_request(job), None))
+        try:
+            outcome = await self.client.reserve(
+                gang, planned, ttl_seconds=self.reservation_ttl_seconds, namespace=job.namespace, name=job.name
+            )
+        except grpc.aio.AioRpcError as exc:
+            return Verdict(False, f"extender unavailable ({exc.code().name}): {exc.details()}")
+        if not isinstance(outcome.result, Placement):
+            return Verdict(False, outcome.result.reason)
+        if to_gang_placement(outcome.result).slots != placement.slots:
+            # The extender re-planned (the plan went stale); the recorded placement must be what is held.
+            await self.release(job.uid)
+            return Verdict(False, "the planned GPUs were taken before they could be reserved")
+        return Verdict(True)
+
+    async def release(self, job_uid: str) -> None:
+        self._planned.pop(job_uid, None)
+        try:
+            await self.client.release(job_uid)
+        except grpc.aio.AioRpcError as exc:
+            # The reservation lapses on its own (TTL); log so a stuck extender is visible.
+            log.error("releasing the reservation of job %s failed: %s", job_uid, exc.details())
+
+    async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> list[str] | None:
+        try:
+            outcome = await self.client.what_if(
+                gang_request(job), [c.uid for c in candidates], namespace=job.namespace, name=job.name
+            )
+        except grpc.aio.AioRpcError as exc:
+            log.error("WhatIf for %s failed: %s", job.key, exc.details())
+            return None
+        if not isinstance(outcome.result, Placement) or not outcome.victims:
+            return None
+        return list(outcome.victims)

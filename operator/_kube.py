@@ -1,0 +1,134 @@
+"""``KubeApi``: every Kubernetes write the operator makes, in one thin module (lightkube, async).
+
+Each call has a timeout (the client's) and passes a client-side token bucket, so a burst of 500 jobs
+cannot flood the API server; idempotence lives here too: AlreadyExists on create and NotFound on
+delete are success, which is what lets a new leader redo a half-finished step safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import httpx2
+from lightkube import AsyncClient, KubeConfig, codecs
+from lightkube.core.exceptions import ApiError
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.core_v1 import ConfigMap, Pod, Service
+from lightkube.types import PatchType
+
+from kubegang.operator._conditions import now_rfc3339
+from kubegang.operator._job import JobView
+
+log = logging.getLogger("kubegang.operator.kube")
+
+GPUJobResource = create_namespaced_resource("kubegang.io", "v1alpha1", "GPUJob", "gpujobs")
+GPUQueueResource = create_global_resource("kubegang.io", "v1alpha1", "GPUQueue", "gpuqueues")
+FIELD_MANAGER = "kubegang-operator"
+
+_KINDS: dict[str, Any] = {"Pod": Pod, "Service": Service, "ConfigMap": ConfigMap, "GPUJob": GPUJobResource}
+
+
+class RateLimiter:
+    """A token bucket: at most ``qps`` calls per second on average, bursts up to ``burst``."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps = qps
+        self.burst = burst
+        self._tokens = float(burst)
+        self._last = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        """Wait (without blocking the loop) until a call may go out."""
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+                self._last = now
+                if self._tokens >= 1:
+                    self._tokens -= 1
+                    return
+                await asyncio.sleep((1 - self._tokens) / self.qps)
+
+
+def make_client(kubeconfig: str | None, *, timeout_seconds: float) -> AsyncClient:
+    """A lightkube AsyncClient from a kubeconfig file, or in-cluster / $KUBECONFIG when None."""
+    config = KubeConfig.from_file(kubeconfig) if kubeconfig else None
+    return AsyncClient(config=config, timeout=httpx2.Timeout(timeout_seconds), field_manager=FIELD_MANAGER)
+
+
+class KubeApi:
+    """KubePort over lightkube."""
+
+    def __init__(self, client: AsyncClient, limiter: RateLimiter, *, component: str = "kubegang-operator") -> None:
+        self.client = client
+        self.limiter = limiter
+        self.component = component
+        self.instance = f"{component}-{uuid.uuid4().hex[:8]}"
+
+    async def create(self, manifest: Mapping[str, Any]) -> bool:
+        await self.limiter.acquire()
+        try:
+            await self.client.create(codecs.from_dict(dict(manifest)))
+        except ApiError as exc:
+            if exc.status.code == 409:
+                return False
+            raise
+        return True
+
+    async def delete(self, kind: str, namespace: str, name: str) -> None:
+        await self.limiter.acquire()
+        try:
+            await self.client.delete(_KINDS[kind], name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+
+    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any]) -> None:
+        await self.limiter.acquire()
+        await self.client.patch(
+            GPUJobResource.Status,
+            job.name,
+            {"status": dict(patch)},
+            namespace=job.namespace,
+            patch_type=PatchType.MERGE,
+        )
+
+    async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
+        await self.limiter.acquire()
+        await self.client.patch(GPUQueueResource.Status, name, {"status": dict(patch)}, patch_type=PatchType.MERGE)
+
+    async def event(self, job: JobView, reason: str, message: str, *, warning: bool = False) -> None:
+        now = now_rfc3339()
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{job.name}.", "namespace": job.namespace},
+            "involvedObject": {
+                "apiVersion": "kubegang.io/v1alpha1",
+                "kind": "GPUJob",
+                "name": job.name,
+                "namespace": job.namespace,
+                "uid": job.uid,
+            },
+            "reason": reason,
+            "message": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": self.component},
+            "reportingComponent": self.component,
+            "reportingInstance": self.instance,
+        }
+        try:
+            await self.limiter.acquire()
+            await self.client.create(codecs.from_dict(manifest))
+        except Exception as exc:
+            # Events are for humans; losing one must not undo a scheduling decision.
+            log.warning("could not record event %s on %s: %s", reason, job.key, exc)

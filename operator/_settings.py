@@ -1,0 +1,53 @@
+"""The operator's settings: one dataclass, filled from the command line (``__main__``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from pathlib import Path
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorSettings:
+    """Everything the operator process can be told."""
+
+    extender_address: str
+    """host:port of the extender's gRPC Placement service."""
+    kubeconfig: str | None = None
+    """Path of a kubeconfig; None means in-cluster credentials (or $KUBECONFIG)."""
+    namespace: str = "kubegang-system"
+    """The operator's own namespace: where the leader Lease lives."""
+    watch_namespaces: tuple[str, ...] = ()
+    """Namespaces whose GPUJobs are served; empty means every namespace."""
+    tls_ca: Path | None = None
+    """CA that signed the extender's server certificate."""
+    tls_cert: Path | None = None
+    """Client certificate the operator presents to the extender (mTLS)."""
+    tls_key: Path | None = None
+    """Private key of ``tls_cert``."""
+    tls_server_name: str | None = None
+    """Name to verify in the extender's certificate when dialling it by IP."""
+    metrics_port: int = 8080
+    """Port of the Prometheus /metrics endpoint; 0 turns it off."""
+    leader_election: bool = True
+    """Campaign for the Lease; off only for a single replica or a local run."""
+    identity: str = dataclasses.field(default_factory=socket.gethostname)
+    """This replica's holderIdentity in the Lease (the pod name in a cluster)."""
+    lease_duration_seconds: int = 15
+    """How long a Lease stays valid without renewal; a standby takes over after at most this."""
+    renew_interval_seconds: float = 5.0
+    """How often the leader renews the Lease (and a standby retries)."""
+    api_qps: float = 50.0
+    """Client-side rate limit of Kubernetes writes, calls per second on average."""
+    api_burst: int = 100
+    """Client-side rate limit: calls allowed in a burst."""
+    api_timeout_seconds: float = 10.0
+    """Timeout of each Kubernetes API call."""
+    extender_timeout_seconds: float = 5.0
+    """Deadline of each gRPC call to the extender."""
+    reservation_ttl_seconds: int = 120
+    """How long the extender holds a reservation that no pod has claimed yet."""
+    master_port: int = 29500
+    """MASTER_PORT for torchrun gangs (and the headless Service's port)."""
+    resync_seconds: float = 5.0
+    """Longest pause between two admission cycles when nothing changes (quota may free by time)."""

@@ -83,7 +83,7 @@ def _link(graph: nx.DiGraph, parent: Vertex, child: Vertex) -> None:
         parents = list(graph.predecessors(child))
         if parents and parents[0] != parent:
             raise TopologyError(
-                f"{child[0].label} {child[1]!r} is in two {parent[0].label}s: "
+                f"{child[0].label} {child[1]!r} is in two {_plural(parent[0])}: "
                 f"{parents[0][1]!r} and {parent[1]!r}"
             )
     graph.add_node(parent, level=parent[0])
@@ -117,11 +117,15 @@ def validate_graph(graph: nx.DiGraph) -> None:
         if len(parents) > 1:
             names = ", ".join(repr(p[1]) for p in parents)
             raise TopologyError(
-                f"{child[0].label} {child[1]!r} is in {len(parents)} {parents[0][0].label}s: {names}")
+                f"{child[0].label} {child[1]!r} is in {len(parents)} {_plural(parents[0][0])}: {names}")
         if parents and parents[0][0] != child[0] + 1:
             p = parents[0]
-            allowed = f"{Level(p[0] - 1).label}s" if p[0] > Level.GPU else "nothing"
+            allowed = _plural(Level(p[0] - 1)) if p[0] > Level.GPU else "nothing"
             raise TopologyError(
                 f"{p[0].label} {p[1]!r} contains {child[0].label} {child[1]!r}; "
                 f"a {p[0].label} may only contain {allowed}"
             )
+
+
+def _plural(level: Level) -> str:
+    return "leaves" if level is Level.LEAF else f"{level.label}s"

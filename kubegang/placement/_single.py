@@ -8,6 +8,7 @@ already in use, and keep leaves with many whole free nodes for gangs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from kubegang.levels import Level
@@ -64,7 +65,8 @@ def node_score(pod: GangRequest, snapshot: Snapshot, node: str) -> int:
         after = free - pod.gpus_per_pod
         node_term = 1.0 - after / total
         value = 0.6 * node_term + 0.4 * leaf_term
-    return max(1, min(MAX_SCORE, round(MAX_SCORE * value)))
+    # Feasible nodes score 1..10 (0 means "cannot"); floor keeps small differences visible.
+    return 1 + min(MAX_SCORE - 1, math.floor((MAX_SCORE - 1) * value + 1e-9))
 
 
 def node_scores(pod: GangRequest, snapshot: Snapshot, node_names: Iterable[str]) -> dict[str, int]:

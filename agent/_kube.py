@@ -1,0 +1,119 @@
+"""The agent's only Kubernetes I/O: a thin adapter over lightkube's AsyncClient.
+
+Everything above it (what to write, when) is pure and tested without a cluster; this module just
+turns "create GPUNode n", "merge-patch its status", "merge-patch node n's labels" and "list the
+nodes I serve" into API calls, and maps a 404 on the status patch to :class:`GPUNodeMissing` so the
+publisher can recreate an object someone deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from lightkube import ApiError, AsyncClient, operators
+from lightkube.generic_resource import create_global_resource
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
+
+from kubegang.api.gpunode import GPUNode
+
+GPUNodeResource = create_global_resource("kubegang.io", "v1alpha1", GPUNode.crd.kind, GPUNode.crd.plural)
+
+
+class GPUNodeMissing(Exception):
+    """The GPUNode to patch does not exist (never created, or deleted by someone)."""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the replay supervisor needs of a node."""
+
+    name: str
+    annotations: Mapping[str, str]
+
+
+class Sink(Protocol):
+    """Where the publisher writes; :class:`KubeSink` in production, a recorder in unit tests."""
+
+    async def create_gpunode(self, name: str) -> None:
+        """Create an empty GPUNode ``name``; succeed if it already exists."""
+        ...
+
+    async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch the status subresource; raise :class:`GPUNodeMissing` on 404."""
+        ...
+
+    async def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        """Merge-patch node labels (``None`` removes a label)."""
+        ...
+
+
+def parse_selector(selector: str) -> dict[str, Any]:
+    """``type=kwok,zone!=a,gpu`` → lightkube's label filter; a ValueError names the bad term."""
+    result: dict[str, Any] = {}
+    for term in filter(None, (t.strip() for t in selector.split(","))):
+        if "!=" in term:
+            key, value = (part.strip() for part in term.split("!=", 1))
+            result[key] = operators.not_equal(value)
+        elif "=" in term:
+            key, value = (part.strip().strip("=") for part in term.split("=", 1))
+            result[key] = value
+        else:
+            key = term
+            result[key] = operators.exists()
+        if not key:
+            raise ValueError(f"label selector {selector!r}: empty key in {term!r}")
+    if not result:
+        raise ValueError(f"label selector {selector!r} is empty")
+    return result
+
+
+class KubeSink:
+    """:class:`Sink` over the API server."""
+
+    def __init__(self, client: AsyncClient, field_manager: str = "kubegang-agent") -> None:
+        self._client = client
+        self._field_manager = field_manager
+
+    async def create_gpunode(self, name: str) -> None:
+        try:
+            await self._client.create(
+                GPUNodeResource(metadata=ObjectMeta(name=name)), field_manager=self._field_manager
+            )
+        except ApiError as exc:
+            if exc.status.code != 409:
+                raise
+
+    async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
+        try:
+            await self._client.patch(
+                GPUNodeResource.Status,
+                name,
+                {"status": dict(status)},
+                patch_type=PatchType.MERGE,
+                field_manager=self._field_manager,
+            )
+        except ApiError as exc:
+            if exc.status.code == 404:
+                raise GPUNodeMissing(name) from exc
+            raise
+
+    async def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        await self._client.patch(
+            Node,
+            name,
+            {"metadata": {"labels": dict(labels)}},
+            patch_type=PatchType.MERGE,
+            field_manager=self._field_manager,
+        )
+
+    async def list_nodes(self, selector: str) -> list[NodeInfo]:
+        nodes: list[NodeInfo] = []
+        async for node in self._client.list(Node, labels=parse_selector(selector)):
+            meta = node.metadata
+            if meta is not None and meta.name:
+                nodes.append(NodeInfo(meta.name, dict(meta.annotations or {})))
+        return nodes

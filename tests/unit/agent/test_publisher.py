@@ -1,0 +1,182 @@
+"""The publisher writes only on change, resyncs on a timer, recreates a deleted GPUNode and
+survives API errors. The sink is a recorder (the unit under test is the publisher's own logic)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from kubegang.agent._dump import Dump
+from kubegang.agent._kube import GPUNodeMissing
+from kubegang.agent._metrics import AgentMetrics
+from kubegang.agent._publisher import NodePublisher
+from kubegang.agent._settings import AgentSettings
+
+Load = Callable[[str], dict[str, Any]]
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.labels: dict[str, dict[str, str]] = {}
+        self.fail_next: list[str] = []
+
+    def _maybe_fail(self, kind: str) -> None:
+        if kind in self.fail_next:
+            self.fail_next.remove(kind)
+            raise RuntimeError(f"API server said no ({kind})")
+
+    async def create_gpunode(self, name: str) -> None:
+        self.calls.append(("create", name))
+        self.objects.setdefault(name, {})
+
+    async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self.calls.append(("status", name))
+        self._maybe_fail("status")
+        if name not in self.objects:
+            raise GPUNodeMissing(name)
+        self.objects[name]["status"] = dict(status)
+
+    async def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        self.calls.append(("labels", name))
+        self._maybe_fail("labels")
+        current = self.labels.setdefault(name, {})
+        for key, value in labels.items():
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = value
+
+
+class MutableBackend:
+    def __init__(self, dump: Dump) -> None:
+        self.dump = dump
+
+    def read(self) -> Dump:
+        return copy.deepcopy(self.dump)
+
+    def close(self) -> None:
+        pass
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def wall(self) -> datetime:
+        return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=self.t)
+
+    def mono(self) -> float:
+        return self.t
+
+
+def publisher(dump: Dump, sink: RecordingSink, clock: Clock) -> NodePublisher:
+    settings = AgentSettings(node_name="n1", poll_interval_s=10, resync_interval_s=300, metrics_port=0)
+    return NodePublisher(
+        "n1", MutableBackend(dump), sink, settings, AgentMetrics(), clock=clock.wall, monotonic=clock.mono
+    )
+
+
+async def test_writes_once_then_only_on_change(load_dump_fixture: Load) -> None:
+    sink, clock = RecordingSink(), Clock()
+    pub = publisher(load_dump_fixture("gb200-nvl72-tray"), sink, clock)
+
+    first = await pub.poll_once()
+    assert (first.status_written, first.labels_written) == (True, True)
+    assert sink.calls == [("create", "n1"), ("status", "n1"), ("labels", "n1")]
+    assert sink.labels["n1"]["kubegang.io/nvlink-domain"] == "7a1c3e52-9f4b-4c1d-8e2a-5b6f0d3c9a81.32766"
+
+    for _ in range(5):  # time passes, temperature changes: nothing the GPUNode shows
+        clock.t += 10
+        assert isinstance(pub.backend, MutableBackend)
+        pub.backend.dump["devices"][0]["Temperature"] += 1
+        result = await pub.poll_once()
+        assert (result.status_written, result.labels_written) == (False, False)
+    assert len(sink.calls) == 3
+
+    clock.t += 10
+    pub.backend.dump["devices"][2]["XidEvents"] = {"79": 1}
+    result = await pub.poll_once()
+    assert (result.status_written, result.labels_written) == (True, False)
+    status = sink.objects["n1"]["status"]
+    assert status["gpus"][2]["health"]["healthy"] is False
+    assert status["healthyGpus"] == 3
+    healthy = next(c for c in status["conditions"] if c["type"] == "GPUHealthy")
+    assert healthy["status"] == "False" and healthy["lastTransitionTime"] == "2026-01-01T00:01:00Z"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # unchanged condition keeps its time
+
+
+async def test_losing_the_domain_removes_the_labels_and_nulls_the_status(load_dump_fixture: Load) -> None:
+    sink, clock = RecordingSink(), Clock()
+    dump = load_dump_fixture("gb200-nvl72-tray")
+    pub = publisher(dump, sink, clock)
+    await pub.poll_once()
+    assert "nvidia.com/gpu.clique" in sink.labels["n1"]
+
+    assert isinstance(pub.backend, MutableBackend)
+    pub.backend.dump = load_dump_fixture("gb200-degraded-fabric")
+    clock.t += 10
+    result = await pub.poll_once()
+    assert (result.status_written, result.labels_written) == (True, True)
+    assert "nvidia.com/gpu.clique" not in sink.labels["n1"]
+    assert "kubegang.io/nvlink-domain" not in sink.labels["n1"]
+    assert sink.objects["n1"]["status"]["nvlinkDomain"] is None  # explicit null: merge patch removes it
+
+
+async def test_resync_writes_even_without_change(load_dump_fixture: Load) -> None:
+    sink, clock = RecordingSink(), Clock()
+    pub = publisher(load_dump_fixture("h200-sxm-1gpu"), sink, clock)
+    await pub.poll_once()
+    clock.t += 290
+    assert not (await pub.poll_once()).status_written
+    clock.t += 10
+    result = await pub.poll_once()
+    assert (result.status_written, result.labels_written) == (True, True)
+    assert sink.objects["n1"]["status"]["lastSeen"] == "2026-01-01T00:05:00Z"
+
+
+async def test_failed_writes_are_retried_next_poll(load_dump_fixture: Load) -> None:
+    sink, clock = RecordingSink(), Clock()
+    sink.fail_next = ["status", "labels"]
+    pub = publisher(load_dump_fixture("hgx-h100-8gpu"), sink, clock)
+    first = await pub.poll_once()
+    assert (first.status_written, first.labels_written) == (False, False) and len(first.errors) == 2
+    clock.t += 10
+    second = await pub.poll_once()
+    assert (second.status_written, second.labels_written) == (True, True) and not second.errors
+    assert sink.labels["n1"]["nvidia.com/gpu.count"] == "8"
+
+
+async def test_a_deleted_gpunode_is_recreated(load_dump_fixture: Load) -> None:
+    sink, clock = RecordingSink(), Clock()
+    pub = publisher(load_dump_fixture("h200-sxm-1gpu"), sink, clock)
+    await pub.poll_once()
+    del sink.objects["n1"]
+    clock.t += 300
+    result = await pub.poll_once()
+    assert result.status_written and "status" in sink.objects["n1"]
+    assert sink.calls.count(("create", "n1")) == 2
+
+
+async def test_metrics_follow_the_readings(load_dump_fixture: Load, tmp_path: Path) -> None:
+    sink, clock = RecordingSink(), Clock()
+    dump = load_dump_fixture("gb200-degraded-fabric")
+    pub = publisher(dump, sink, clock)
+    await pub.poll_once()
+    metrics = pub._metrics
+    sample = metrics.registry.get_sample_value
+    assert sample("kubegang_gpu_xid_events_total", {"node": "n1", "gpu": "1", "xid": "74"}) == 1
+    assert sample("kubegang_gpu_healthy", {"node": "n1", "gpu": "1"}) == 0
+    assert sample("kubegang_agent_gpus_healthy", {"node": "n1"}) == 2
+    assert sample("kubegang_gpu_temperature_celsius", {"node": "n1", "gpu": "3"}) == 31
+    assert sample("kubegang_agent_poll_duration_seconds_count", {}) == 1
+    # The same cumulative XID count seen again is not counted twice.
+    await pub.poll_once()
+    assert sample("kubegang_gpu_xid_events_total", {"node": "n1", "gpu": "1", "xid": "74"}) == 1
+    metrics.forget("n1")
+    assert sample("kubegang_gpu_healthy", {"node": "n1", "gpu": "1"}) is None

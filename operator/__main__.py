@@ -1,0 +1,102 @@
+"""``python -m kubegang.operator`` / ``kubegang-operator``: parse flags, serve metrics, run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from prometheus_client import start_http_server
+
+from kubegang.operator._metrics import REGISTRY
+from kubegang.operator._run import run
+from kubegang.operator._settings import OperatorSettings
+
+
+def _on_off(value: str) -> bool:
+    if value.lower() in ("on", "true", "1", "yes"):
+        return True
+    if value.lower() in ("off", "false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected on or off, got {value!r}")
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    p = argparse.ArgumentParser(
+        prog="kubegang-operator",
+        description="kubegang operator: admits GPUJobs through GPUQueues and starts each gang whole.",
+    )
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster credentials or $KUBECONFIG)")
+    p.add_argument("--namespace", default="kubegang-system", help="the operator's namespace (leader Lease)")
+    p.add_argument(
+        "--watch-namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="serve GPUJobs of this namespace only (repeatable; default: all namespaces)",
+    )
+    p.add_argument("--extender-address", required=True, help="host:port of the extender's gRPC Placement service")
+    p.add_argument("--tls-dir", type=Path, help="directory with ca.crt, client.crt and client.key")
+    p.add_argument("--tls-ca", type=Path, help="CA certificate (overrides --tls-dir)")
+    p.add_argument("--tls-cert", type=Path, help="client certificate (overrides --tls-dir)")
+    p.add_argument("--tls-key", type=Path, help="client private key (overrides --tls-dir)")
+    p.add_argument("--tls-server-name", help="name to verify in the extender's certificate")
+    p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port; 0 disables")
+    p.add_argument("--leader-election", type=_on_off, default=True, metavar="on|off", help="campaign for the Lease")
+    p.add_argument("--identity", help="holderIdentity in the Lease (default: hostname)")
+    p.add_argument("--lease-duration", type=int, default=15, help="Lease duration, seconds")
+    p.add_argument("--api-qps", type=float, default=50.0, help="client-side rate limit of API writes")
+    p.add_argument("--api-burst", type=int, default=100, help="client-side burst of API writes")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
+    """OperatorSettings from parsed flags."""
+    tls_dir: Path | None = args.tls_dir
+    extra = {"identity": args.identity} if args.identity else {}
+    return OperatorSettings(
+        extender_address=args.extender_address,
+        kubeconfig=args.kubeconfig,
+        namespace=args.namespace,
+        watch_namespaces=tuple(args.watch_namespace),
+        tls_ca=args.tls_ca or (tls_dir / "ca.crt" if tls_dir else None),
+        tls_cert=args.tls_cert or (tls_dir / "client.crt" if tls_dir else None),
+        tls_key=args.tls_key or (tls_dir / "client.key" if tls_dir else None),
+        tls_server_name=args.tls_server_name,
+        metrics_port=args.metrics_port,
+        leader_election=args.leader_election,
+        lease_duration_seconds=args.lease_duration,
+        renew_interval_seconds=max(args.lease_duration / 3, 1.0),
+        api_qps=args.api_qps,
+        api_burst=args.api_burst,
+        **extra,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
+    )
+    settings = settings_from_args(args)
+    if settings.metrics_port:
+        start_http_server(settings.metrics_port, registry=REGISTRY)
+    try:
+        asyncio.run(run(settings))
+    except ValueError as exc:
+        print(f"kubegang-operator: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

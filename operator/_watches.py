@@ -1,0 +1,116 @@
+"""Kopf handlers that feed the cache, and the full reload a new leader does.
+
+Every replica runs these (they only read): event handlers for GPUJobs, GPUQueues, PriorityClasses and
+the pods of gangs keep ``ClusterCache`` current. They never patch what they watch, so Kopf keeps no
+progress annotations or finalizers on user objects and a standby's handlers are harmless. All
+decisions happen in the leader's loop (``_controller``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from lightkube import AsyncClient
+from lightkube.generic_resource import GenericGlobalResource
+from lightkube.resources.core_v1 import Pod
+from lightkube.resources.scheduling_v1 import PriorityClass
+
+from kubegang.operator._cache import ClusterCache
+from kubegang.operator._gang_objects import LABEL_JOB_UID
+from kubegang.operator._kube import GPUJobResource, GPUQueueResource
+
+log = logging.getLogger("kubegang.operator.watches")
+
+
+def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_seconds: float) -> Any:
+    """A Kopf registry whose handlers keep ``cache`` current."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False  # our events name jobs and reasons; Kopf's would be noise
+        settings.networking.request_timeout = api_timeout_seconds
+        settings.networking.connect_timeout = api_timeout_seconds
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> Any:
+        if kubeconfig:
+            os.environ["KUBECONFIG"] = kubeconfig
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.event("kubegang.io", "v1alpha1", "gpujobs", registry=registry)
+    def job_event(type: str | None, body: Mapping[str, Any], uid: str, **_: Any) -> None:
+        if type == "DELETED":
+            cache.remove_job(uid)
+        else:
+            view = cache.upsert_job(body)
+            if view is None:
+                log.error(
+                    "GPUJob %s/%s is invalid: %s",
+                    body["metadata"].get("namespace"),
+                    body["metadata"].get("name"),
+                    cache.invalid_jobs.get(uid),
+                )
+
+    @kopf.on.event("kubegang.io", "v1alpha1", "gpuqueues", registry=registry)
+    def queue_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
+        if type == "DELETED":
+            cache.remove_queue(name)
+        else:
+            cache.upsert_queue(body)
+
+    @kopf.on.event("", "v1", "pods", labels={LABEL_JOB_UID: kopf.PRESENT}, registry=registry)
+    def pod_event(type: str | None, body: Mapping[str, Any], **_: Any) -> None:
+        if type == "DELETED":
+            cache.remove_pod(body)
+        else:
+            cache.upsert_pod(body)
+
+    @kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses", registry=registry)
+    def priority_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
+        cache.set_priority(name, None if type == "DELETED" else int(body.get("value") or 0))
+
+    return registry
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, GenericGlobalResource) or hasattr(obj, "to_dict"):
+        return dict(obj.to_dict())
+    return dict(obj)
+
+
+async def resync_from_api(client: AsyncClient, cache: ClusterCache) -> None:
+    """Reload every object the leader decides on, so a new leader starts from the API's truth.
+
+    The watch streams may still be replaying their initial listing when leadership arrives; a list
+    here guarantees the quota tree is rebuilt from *all* admitted jobs, never a prefix of them.
+    """
+    async for queue in client.list(GPUQueueResource):
+        cache.upsert_queue(_as_dict(queue))
+    async for pc in client.list(PriorityClass):
+        if pc.metadata is not None and pc.metadata.name:
+            cache.set_priority(pc.metadata.name, int(pc.value or 0))
+    seen_jobs: set[str] = set()
+    async for job in client.list(GPUJobResource, namespace="*"):
+        body = _as_dict(job)
+        cache.upsert_job(body)
+        seen_jobs.add(str(body["metadata"]["uid"]))
+    for uid in set(cache.jobs) - seen_jobs:
+        cache.remove_job(uid)
+    seen_pods: dict[str, set[str]] = {}
+    async for pod in client.list(Pod, namespace="*", labels={LABEL_JOB_UID: None}):
+        body = _as_dict(pod)
+        cache.upsert_pod(body)
+        uid = body["metadata"]["labels"][LABEL_JOB_UID]
+        seen_pods.setdefault(uid, set()).add(body["metadata"]["name"])
+    for uid, pods in list(cache.pods.items()):
+        for name in set(pods) - seen_pods.get(uid, set()):
+            cache.remove_pod({"metadata": {"name": name, "labels": {LABEL_JOB_UID: uid}}})
+    log.info("resynced: %d jobs, %d queues, %d gangs with pods", len(cache.jobs), len(cache.queues), len(cache.pods))

@@ -74,16 +74,16 @@ class Clock:
         return self.t
 
 
-def publisher(dump: Dump, sink: RecordingSink, clock: Clock) -> NodePublisher:
+def publisher(dump: Dump, sink: RecordingSink, clock: Clock) -> tuple[NodePublisher, MutableBackend]:
     settings = AgentSettings(node_name="n1", poll_interval_s=10, resync_interval_s=300, metrics_port=0)
-    return NodePublisher(
-        "n1", MutableBackend(dump), sink, settings, AgentMetrics(), clock=clock.wall, monotonic=clock.mono
-    )
+    backend = MutableBackend(dump)
+    pub = NodePublisher("n1", backend, sink, settings, AgentMetrics(), clock=clock.wall, monotonic=clock.mono)
+    return pub, backend
 
 
 async def test_writes_once_then_only_on_change(load_dump_fixture: Load) -> None:
     sink, clock = RecordingSink(), Clock()
-    pub = publisher(load_dump_fixture("gb200-nvl72-tray"), sink, clock)
+    pub, backend = publisher(load_dump_fixture("gb200-nvl72-tray"), sink, clock)
 
     first = await pub.poll_once()
     assert (first.status_written, first.labels_written) == (True, True)
@@ -92,14 +92,13 @@ async def test_writes_once_then_only_on_change(load_dump_fixture: Load) -> None:
 
     for _ in range(5):  # time passes, temperature changes: nothing the GPUNode shows
         clock.t += 10
-        assert isinstance(pub.backend, MutableBackend)
-        pub.backend.dump["devices"][0]["Temperature"] += 1
+        backend.dump["devices"][0]["Temperature"] += 1
         result = await pub.poll_once()
         assert (result.status_written, result.labels_written) == (False, False)
     assert len(sink.calls) == 3
 
     clock.t += 10
-    pub.backend.dump["devices"][2]["XidEvents"] = {"79": 1}
+    backend.dump["devices"][2]["XidEvents"] = {"79": 1}
     result = await pub.poll_once()
     assert (result.status_written, result.labels_written) == (True, False)
     status = sink.objects["n1"]["status"]
@@ -114,12 +113,11 @@ async def test_writes_once_then_only_on_change(load_dump_fixture: Load) -> None:
 async def test_losing_the_domain_removes_the_labels_and_nulls_the_status(load_dump_fixture: Load) -> None:
     sink, clock = RecordingSink(), Clock()
     dump = load_dump_fixture("gb200-nvl72-tray")
-    pub = publisher(dump, sink, clock)
+    pub, backend = publisher(dump, sink, clock)
     await pub.poll_once()
     assert "nvidia.com/gpu.clique" in sink.labels["n1"]
 
-    assert isinstance(pub.backend, MutableBackend)
-    pub.backend.dump = load_dump_fixture("gb200-degraded-fabric")
+    backend.dump = load_dump_fixture("gb200-degraded-fabric")
     clock.t += 10
     result = await pub.poll_once()
     assert (result.status_written, result.labels_written) == (True, True)
@@ -130,7 +128,7 @@ async def test_losing_the_domain_removes_the_labels_and_nulls_the_status(load_du
 
 async def test_resync_writes_even_without_change(load_dump_fixture: Load) -> None:
     sink, clock = RecordingSink(), Clock()
-    pub = publisher(load_dump_fixture("h200-sxm-1gpu"), sink, clock)
+    pub, _backend = publisher(load_dump_fixture("h200-sxm-1gpu"), sink, clock)
     await pub.poll_once()
     clock.t += 290
     assert not (await pub.poll_once()).status_written
@@ -143,7 +141,7 @@ async def test_resync_writes_even_without_change(load_dump_fixture: Load) -> Non
 async def test_failed_writes_are_retried_next_poll(load_dump_fixture: Load) -> None:
     sink, clock = RecordingSink(), Clock()
     sink.fail_next = ["status", "labels"]
-    pub = publisher(load_dump_fixture("hgx-h100-8gpu"), sink, clock)
+    pub, _backend = publisher(load_dump_fixture("hgx-h100-8gpu"), sink, clock)
     first = await pub.poll_once()
     assert (first.status_written, first.labels_written) == (False, False) and len(first.errors) == 2
     clock.t += 10
@@ -154,7 +152,7 @@ async def test_failed_writes_are_retried_next_poll(load_dump_fixture: Load) -> N
 
 async def test_a_deleted_gpunode_is_recreated(load_dump_fixture: Load) -> None:
     sink, clock = RecordingSink(), Clock()
-    pub = publisher(load_dump_fixture("h200-sxm-1gpu"), sink, clock)
+    pub, _backend = publisher(load_dump_fixture("h200-sxm-1gpu"), sink, clock)
     await pub.poll_once()
     del sink.objects["n1"]
     clock.t += 300
@@ -166,7 +164,7 @@ async def test_a_deleted_gpunode_is_recreated(load_dump_fixture: Load) -> None:
 async def test_metrics_follow_the_readings(load_dump_fixture: Load, tmp_path: Path) -> None:
     sink, clock = RecordingSink(), Clock()
     dump = load_dump_fixture("gb200-degraded-fabric")
-    pub = publisher(dump, sink, clock)
+    pub, _backend = publisher(dump, sink, clock)
     await pub.poll_once()
     metrics = pub._metrics
     sample = metrics.registry.get_sample_value

@@ -16,10 +16,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kubegang.api import parse_quantity
+from kubegang.topology import GPUInfo, NodeInfo
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$"
@@ -193,6 +197,28 @@ def node_manifest(name: str, group: NodeGroup) -> dict[str, Any]:
         "spec": {},
         "status": {"capacity": capacity, "allocatable": dict(capacity)},
     }
+
+
+def node_infos(shape: ClusterShape) -> list[NodeInfo]:
+    """The placement core's view of a shape's nodes (what the extender would build from the API).
+
+    A group with ``fabric`` forms one NVLink domain per (clusterUuid, cliqueId), named as the agent
+    names it; nodes without one are each their own domain.
+    """
+    out: list[NodeInfo] = []
+    for name, group in shape.nodes():
+        product = _label_value(group.product) if group.product else ""
+        domain = f"{group.fabric.cluster_uuid}.{group.fabric.clique_id}" if group.fabric else None
+        out.append(NodeInfo(
+            name=name,
+            labels=MappingProxyType({k: v for k, v in node_manifest(name, group)["metadata"]["labels"].items()}),
+            gpus=tuple(GPUInfo(index=i, product=product) for i in range(group.gpus)),
+            nvlink_domain=domain,
+            cpu_milli=int(parse_quantity(group.cpu) * 1000),
+            memory_mib=int(parse_quantity(group.memory) / (1 << 20)),
+            max_pods=group.pods,
+        ))
+    return out
 
 
 def _label_value(text: str) -> str:

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+from kubegang.operator._controller import queue_status
+from kubegang.operator._kube import RateLimiter
+from kubegang.operator._leader import LeaseRecord, may_acquire
+
+T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+
+
+def test_lease_is_taken_only_when_free_ours_or_expired() -> None:
+    held = LeaseRecord("replica-a", T0, 15)
+    assert may_acquire(None, "replica-b", T0)
+    assert may_acquire(held, "replica-a", T0 + dt.timedelta(seconds=5))
+    assert not may_acquire(held, "replica-b", T0 + dt.timedelta(seconds=14))
+    assert may_acquire(held, "replica-b", T0 + dt.timedelta(seconds=15))
+    assert may_acquire(LeaseRecord(None, T0, 15), "replica-b", T0)
+
+
+async def test_rate_limiter_spaces_calls_after_the_burst() -> None:
+    limiter = RateLimiter(qps=50, burst=2)
+    start = time.monotonic()
+    for _ in range(5):
+        await limiter.acquire()
+    # 2 from the burst, 3 more at 50/s: at least ~60 ms.
+    assert time.monotonic() - start >= 0.05
+
+
+async def test_queue_status_counts_pending_and_admitted_up_the_tree(job_body: Any, make_world: Any) -> None:
+    w = make_world({"team-a": 16}, {f"node-{i}": 8 for i in range(4)})
+    w.cache.upsert_queue({"metadata": {"name": "org"}, "spec": {}})
+    w.cache.upsert_queue({"metadata": {"name": "team-a"}, "spec": {"parent": "org"}})
+    w.submit(job_body("one", replicas=2, gpus=8, created="2025-01-01T00:00:00Z"))
+    w.submit(job_body("two", replicas=2, gpus=8, created="2025-01-01T00:00:01Z"))
+    await w.admission.run_cycle()
+    status = queue_status(w.cache, w.quota)
+    assert (status["team-a"]["admitted"], status["team-a"]["pending"]) == (1, 1)
+    assert (status["org"]["admitted"], status["org"]["pending"]) == (1, 1)
+    assert status["team-a"]["usage"] == [{"flavor": "gpu", "gpus": 16}]

@@ -63,9 +63,7 @@ class OpenModel(BaseModel):
     )
 
 
-def cel(
-    rule: str, message: str, *, field_path: str | None = None, reason: str | None = None
-) -> dict[str, str]:
+def cel(rule: str, message: str, *, field_path: str | None = None, reason: str | None = None) -> dict[str, str]:
     """One ``x-kubernetes-validations`` entry; ``field_path`` points the error at a field."""
     entry = {"rule": rule, "message": message}
     if field_path is not None:
@@ -83,9 +81,7 @@ def cel_rules(*rules: dict[str, str]) -> dict[str, Any]:
 class ObjectMeta(BaseModel):
     """The parts of ``metadata`` kubegang reads; everything else the API server sets is kept as is."""
 
-    model_config = ConfigDict(
-        extra="allow", alias_generator=to_camel, validate_by_name=True, validate_by_alias=True
-    )
+    model_config = ConfigDict(extra="allow", alias_generator=to_camel, validate_by_name=True, validate_by_alias=True)
 
     name: str | None = None
     """Object name (absent only in a manifest that uses generateName)."""

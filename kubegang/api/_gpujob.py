@@ -214,9 +214,7 @@ class GPUJobStatus(ApiModel):
 
     phase: JobPhase | None = None
     """Pending, Queued, Admitted, Running, Succeeded, Failed, Suspended or Unschedulable."""
-    conditions: list[Condition] = Field(
-        default_factory=list, max_length=32, json_schema_extra=CONDITIONS_SCHEMA_EXTRA
-    )
+    conditions: list[Condition] = Field(default_factory=list, max_length=32, json_schema_extra=CONDITIONS_SCHEMA_EXTRA)
     """Why the job is where it is (Queued, Admitted, Running, Succeeded, Failed, Preempted,
     Unschedulable, Suspended), each with a reason."""
     observed_generation: int | None = Field(default=None, ge=0)
@@ -229,9 +227,7 @@ class GPUJobStatus(ApiModel):
     """Whole-gang restarts so far."""
     placement: Placement | None = None
     """The current admission's placement."""
-    excluded_nodes: list[str] = Field(
-        default_factory=list, max_length=1024, json_schema_extra=SET_SCHEMA_EXTRA
-    )
+    excluded_nodes: list[str] = Field(default_factory=list, max_length=1024, json_schema_extra=SET_SCHEMA_EXTRA)
     """Nodes excluded from later placements (they failed to bind the gang in time)."""
     admitted_at: dt.datetime | None = None
     """When the current admission was made (quota and places reserved)."""

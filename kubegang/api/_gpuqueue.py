@@ -118,11 +118,7 @@ class GPUQueueSpec(ApiModel):
     @model_validator(mode="after")
     def _limits_need_parent(self) -> Self:
         if self.parent is None:
-            limited = [
-                q.flavor
-                for q in self.resources
-                if q.borrowing_limit is not None or q.lending_limit is not None
-            ]
+            limited = [q.flavor for q in self.resources if q.borrowing_limit is not None or q.lending_limit is not None]
             if limited:
                 raise ValueError(f"resources ({', '.join(limited)}): {_LIMITS_NEED_PARENT}")
         flavors = [q.flavor for q in self.resources]
@@ -168,9 +164,7 @@ class GPUQueueStatus(ApiModel):
     """Dominant share of usage over weight: lower is served first."""
     observed_generation: int | None = Field(default=None, ge=0)
     """metadata.generation this status describes."""
-    conditions: list[Condition] = Field(
-        default_factory=list, max_length=32, json_schema_extra=CONDITIONS_SCHEMA_EXTRA
-    )
+    conditions: list[Condition] = Field(default_factory=list, max_length=32, json_schema_extra=CONDITIONS_SCHEMA_EXTRA)
     """Conditions, e.g. a parent that does not exist or a cycle in the tree."""
 
 

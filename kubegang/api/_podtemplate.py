@@ -9,7 +9,7 @@ is preserved unknown.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeAlias
 
 from pydantic import Field, StrictInt, StrictStr, field_validator
 
@@ -19,13 +19,12 @@ from kubegang.api._quantity import whole_count
 GPU_RESOURCE = "nvidia.com/gpu"
 """The extended resource name of a whole NVIDIA GPU (device plugin)."""
 
-QuantityValue = StrictInt | Annotated[StrictStr, Field(max_length=64)]
+QuantityValue: TypeAlias = StrictInt | Annotated[StrictStr, Field(max_length=64)]
 """A resource quantity as written in a manifest: ``8`` or ``"8"``, ``"500m"``, ``"1Gi"``."""
 
 _GPU = f"self['{GPU_RESOURCE}']"
 GPU_LIMIT_MESSAGE = (
-    f"{GPU_RESOURCE} must be a non-negative whole number of GPUs "
-    "(use spec.gpuFraction for a share of one GPU)"
+    f"{GPU_RESOURCE} must be a non-negative whole number of GPUs (use spec.gpuFraction for a share of one GPU)"
 )
 GPU_LIMIT_RULE = cel(
     f"!('{GPU_RESOURCE}' in self) || (type({_GPU}) == int ? {_GPU} >= 0 : "
@@ -85,11 +84,7 @@ class PodTemplateSpec(OpenModel):
 
     def gpus(self) -> int | None:
         """GPUs one pod asks for (the sum of its containers' limits), or None when none asks."""
-        counts = [
-            n
-            for c in self.spec.containers
-            if c.resources is not None and (n := c.resources.gpus()) is not None
-        ]
+        counts = [n for c in self.spec.containers if c.resources is not None and (n := c.resources.gpus()) is not None]
         return sum(counts) if counts else None
 
     def as_dict(self) -> dict[str, Any]:

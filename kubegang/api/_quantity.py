@@ -28,6 +28,8 @@ _SUFFIXES: dict[str, Decimal] = {
     "Pi": Decimal(2) ** 50,
     "Ei": Decimal(2) ** 60,
 }
+_DECIMAL_POWER = {"": 0, "m": -3, "u": -6, "n": -9, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_INT64_MAX = 2**63 - 1
 _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$")
 
 
@@ -51,10 +53,29 @@ def parse_quantity(value: int | str) -> Decimal:
 
 
 def whole_count(value: int | str) -> int:
-    """A non-negative whole count (a GPU limit); ValueError says what is wrong otherwise."""
+    """A non-negative whole count (a GPU limit); ValueError says what is wrong otherwise.
+
+    "Whole" is what the API server's CEL ``quantity(x).isInteger()`` says: a quantity written with a
+    fractional scale is not whole even when its value is (``"2000m"``, ``"1.0"``, ``"1.0Ki"``), and
+    neither is one beyond int64.
+    """
     quantity = parse_quantity(value)
     if quantity < 0:
         raise ValueError(f"must not be negative, got {value!r}")
-    if quantity != quantity.to_integral_value():
-        raise ValueError(f"must be a whole number, got {value!r}")
+    if quantity != quantity.to_integral_value() or not _integer_form(value) or quantity > _INT64_MAX:
+        raise ValueError(f"must be a whole number written without a fraction or milli suffix, got {value!r}")
     return int(quantity)
+
+
+def _integer_form(value: int | str) -> bool:
+    if isinstance(value, int):
+        return True
+    match = _QUANTITY.fullmatch(value)
+    assert match is not None  # parse_quantity accepted it
+    number, exponent, suffix = match.groups()
+    fraction_digits = len(number.partition(".")[2])
+    if exponent is not None:
+        return int(exponent[1:]) >= fraction_digits
+    if suffix in _DECIMAL_POWER or not suffix:
+        return _DECIMAL_POWER[suffix or ""] >= fraction_digits
+    return fraction_digits == 0  # binary suffixes (Ki, Mi, ...) scale by 2**n, never by a power of ten

@@ -66,9 +66,7 @@ class _Converter:
                 if extra is not None:
                     out[key] = extra
             else:
-                raise SchemaError(
-                    f"{path or '<root>'}: JSON Schema keyword {key!r} has no structural equivalent"
-                )
+                raise SchemaError(f"{path or '<root>'}: JSON Schema keyword {key!r} has no structural equivalent")
         if "required" in out and not out["required"]:
             del out["required"]
         if "description" in out:
@@ -86,9 +84,7 @@ class _Converter:
         all_of = node.pop("allOf", None)
         if all_of is not None:
             if len(all_of) != 1:
-                raise SchemaError(
-                    f"{path or '<root>'}: allOf with several schemas has no structural equivalent"
-                )
+                raise SchemaError(f"{path or '<root>'}: allOf with several schemas has no structural equivalent")
             node = {**all_of[0], **node}
         ref = node.pop("$ref", None)
         if ref is None:

@@ -66,9 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m kubegang.api.crdgen", description="Write the kubegang CRDs from the API models."
     )
-    parser.add_argument(
-        "--out", type=Path, default=Path("crds"), help="folder of the CRD files (default: crds)"
-    )
+    parser.add_argument("--out", type=Path, default=Path("crds"), help="folder of the CRD files (default: crds)")
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the folder is stale")
     args = parser.parse_args(argv)
     if args.check:

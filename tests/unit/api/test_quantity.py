@@ -35,7 +35,28 @@ def test_not_a_quantity(text: int | str) -> None:
         parse_quantity(text)
 
 
-@pytest.mark.parametrize(("text", "problem"), [("0.5", "whole number"), ("1500m", "whole number"), (-1, "negative")])
+@pytest.mark.parametrize(
+    ("text", "count"), [(8, 8), ("8", 8), ("0.5k", 500), ("1.50k", 1500), ("2e3", 2000), ("9E", 9 * 10**18), ("-0", 0)]
+)
+def test_whole_count(text: int | str, count: int) -> None:
+    assert whole_count(text) == count
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("0.5", "whole number"),
+        ("1500m", "whole number"),
+        # kube-apiserver's quantity(x).isInteger() says no to these whole values too; so does kubegang
+        ("2000m", "whole number"),
+        ("1.0", "whole number"),
+        ("10e-1", "whole number"),
+        ("1.0Ki", "whole number"),
+        ("10E", "whole number"),
+        (-1, "negative"),
+        ("-2", "negative"),
+    ],
+)
 def test_whole_count_says_what_is_wrong(text: int | str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         whole_count(text)

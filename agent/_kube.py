@@ -51,6 +51,14 @@ class Sink(Protocol):
         ...
 
 
+class ClusterSink(Sink, Protocol):
+    """A sink that can also list the nodes a replay agent serves."""
+
+    async def list_nodes(self, selector: str) -> list[NodeInfo]:
+        """Nodes matching a label selector (``type=kwok``)."""
+        ...
+
+
 def parse_selector(selector: str) -> dict[str, Any]:
     """``type=kwok,zone!=a,gpu`` → lightkube's label filter; a ValueError names the bad term."""
     result: dict[str, Any] = {}

@@ -1,0 +1,138 @@
+"""The agent process: which nodes it serves, with which backend, and its health endpoint.
+
+Real mode serves one node (``--node-name``) from NVML. Replay mode serves every node matching a
+label selector (kwok nodes), each from the dump its ``kubegang.io/replay-dump`` annotation names,
+with the optional ``kubegang.io/replay-fabric`` override; the node list is re-read every poll
+interval so nodes that come and go (and annotation edits) are followed. A node with a missing or
+bad annotation is logged once and skipped, never fatal to the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kubegang.shapes import REPLAY_DUMP_ANNOTATION, REPLAY_FABRIC_ANNOTATION
+
+from ._backend import Backend
+from ._kube import ClusterSink, NodeInfo
+from ._metrics import AgentMetrics
+from ._publisher import NodePublisher
+from ._replay import FabricOverride, ReplayBackend, ReplayError, resolve_dump
+from ._settings import AgentSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Served:
+    key: tuple[str, str | None]
+    publisher: NodePublisher
+    task: asyncio.Task[None]
+
+
+class Agent:
+    """Runs one :class:`NodePublisher` per served node."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        sink: ClusterSink,
+        metrics: AgentMetrics,
+        *,
+        real_backend: Callable[[], Backend] | None = None,
+    ) -> None:
+        self.settings = settings
+        self._sink = sink
+        self._metrics = metrics
+        self._real_backend = real_backend
+        self._served: dict[str, _Served] = {}
+        self._complained: dict[str, str] = {}
+        self._last_discovery: float | None = None
+
+    def healthy(self) -> bool:
+        """True while the loops are alive: every served node polled recently (API write errors do
+        not count: restarting the agent would not fix the API server)."""
+        horizon = 3 * self.settings.poll_interval_s + 5
+        now = time.monotonic()
+        if self.settings.replay_dir is not None and (
+            self._last_discovery is None or now - self._last_discovery > horizon
+        ):
+            return False
+        return all(
+            s.publisher.last_poll is not None and now - s.publisher.last_poll < horizon for s in self._served.values()
+        )
+
+    def _start(self, node: str, key: tuple[str, str | None], backend: Backend) -> None:
+        publisher = NodePublisher(node, backend, self._sink, self.settings, self._metrics)
+        task = asyncio.create_task(publisher.run(), name=f"publish-{node}")
+        self._served[node] = _Served(key, publisher, task)
+        log.info("serving node %s (%s)", node, key[0])
+
+    async def _stop(self, node: str) -> None:
+        served = self._served.pop(node)
+        served.task.cancel()
+        await asyncio.gather(served.task, return_exceptions=True)
+        await asyncio.to_thread(served.publisher.backend.close)
+        self._metrics.forget(node)
+
+    def _complain_once(self, node: str, message: str) -> None:
+        if self._complained.get(node) != message:
+            self._complained[node] = message
+            log.error("node %s not served: %s", node, message)
+
+    async def _sync_replay_nodes(self, nodes: list[NodeInfo]) -> None:
+        assert self.settings.replay_dir is not None
+        wanted: dict[str, tuple[tuple[str, str | None], Backend]] = {}
+        for node in nodes:
+            dump_name = node.annotations.get(REPLAY_DUMP_ANNOTATION)
+            fabric_text = node.annotations.get(REPLAY_FABRIC_ANNOTATION)
+            if not dump_name:
+                self._complain_once(node.name, f"no {REPLAY_DUMP_ANNOTATION} annotation")
+                continue
+            key = (dump_name, fabric_text)
+            served = self._served.get(node.name)
+            if served is not None and served.key == key:
+                wanted[node.name] = (key, served.publisher.backend)
+                continue
+            try:
+                fabric = FabricOverride.parse(fabric_text) if fabric_text else None
+                backend: Backend = ReplayBackend(resolve_dump(self.settings.replay_dir, dump_name), fabric)
+            except ReplayError as exc:
+                self._complain_once(node.name, str(exc))
+                continue
+            self._complained.pop(node.name, None)
+            wanted[node.name] = (key, backend)
+        for name in [n for n, s in self._served.items() if n not in wanted or wanted[n][0] != s.key]:
+            await self._stop(name)
+        for name, (key, backend) in wanted.items():
+            if name not in self._served:
+                self._start(name, key, backend)
+
+    async def run(self) -> None:
+        """Serve until cancelled."""
+        try:
+            if self.settings.node_name is not None:
+                factory = self._real_backend
+                if factory is None:
+                    raise ValueError("real mode needs a backend factory")
+                backend = await asyncio.to_thread(factory)
+                self._start(self.settings.node_name, ("nvml", None), backend)
+                await self._served[self.settings.node_name].task
+                return
+            assert self.settings.nodes_from_label is not None
+            while True:
+                try:
+                    nodes = await self._sink.list_nodes(self.settings.nodes_from_label)
+                except Exception as exc:
+                    log.warning("listing nodes (%s) failed: %s", self.settings.nodes_from_label, exc)
+                else:
+                    await self._sync_replay_nodes(nodes)
+                    self._last_discovery = time.monotonic()
+                await asyncio.sleep(self.settings.poll_interval_s)
+        finally:
+            for name in list(self._served):
+                await self._stop(name)

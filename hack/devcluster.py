@@ -10,6 +10,7 @@ Processes are stopped by the pid recorded at start, never by name, so two cluste
 else on the machine) are never touched by mistake.
 
 Usage: hack/cluster up [--shape FILE ...] | down | status | env | nodes FILE ... | delete-nodes
+       hack/cluster kubegang up [--operators N] | kubegang down
 """
 
 from __future__ import annotations
@@ -499,6 +500,9 @@ def main(argv: list[str] | None = None) -> int:
     p_sched = sub.add_parser("scheduler", help="restart kube-scheduler with an extender configuration")
     p_sched.add_argument("--extender-config", type=Path, default=None,
                          help="YAML with 'profiles' and 'extenders' to add; omit for the default scheduler only")
+    p_kg = sub.add_parser("kubegang", help="run kubegang (CRDs, extender, agent, operators) on the cluster")
+    p_kg.add_argument("action", choices=["up", "down"])
+    p_kg.add_argument("--operators", type=int, default=2, help="operator replicas (leader election)")
     args = parser.parse_args(argv)
     paths = cluster_paths()
     try:
@@ -516,6 +520,12 @@ def main(argv: list[str] | None = None) -> int:
             delete_nodes(paths)
         elif args.cmd == "scheduler":
             restart_scheduler(paths, args.extender_config)
+        elif args.cmd == "kubegang":
+            import localstack
+            if args.action == "up":
+                localstack.up(paths, args.operators)
+            else:
+                localstack.down(paths)
     except (ClusterError, OSError, ValueError) as exc:
         log(f"ERROR: {exc}")
         return 1

@@ -1,0 +1,124 @@
+"""kubegang itself on the local control plane: CRDs, extender, agents (replay), operators.
+
+The three processes run as local Python processes against the cluster that ``devcluster.py``
+started, exactly as the Helm chart would run them in pods, but without images (none can be built
+or pulled here). kube-scheduler is restarted with the kubegang profile and the extender, rendered
+from the one scheduler configuration template (``config/scheduler``) the chart uses too.
+
+Each process gets its own pid file in the cluster folder, so ``hack/cluster down`` stops them with
+the rest; ``hack/cluster kubegang down`` stops only these.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+
+import devcluster as dc
+import yaml
+
+REPO = dc.REPO
+NAMESPACE = "kubegang-system"
+REPLAY_DIR = REPO / "tests" / "fixtures" / "nvml"
+
+
+@dataclass(frozen=True)
+class StackPorts:
+    extender_https: int
+    extender_grpc: int
+    extender_metrics: int
+    agent_metrics: int
+    operator_metrics: tuple[int, ...]
+
+
+def python() -> str:
+    venv = REPO / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return bool(resp.status == 200)
+
+
+def stack_state(paths: dc.Paths) -> dict[str, object]:
+    path = paths.root / "kubegang.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def up(paths: dc.Paths, operators: int = 2) -> StackPorts:
+    from kubegang.extender.scheduler_config import SchedulerConfigValues, render_scheduler_config
+    from kubegang.tls import write_pki
+
+    if not dc.status(paths, quiet=True):
+        raise dc.ClusterError("the control plane is not running: hack/cluster up first")
+    down(paths, quiet=True)
+    t0 = time.monotonic()
+    tls = paths.root / "kubegang-pki"
+    pki = write_pki(tls)
+    kubeconfig = str(paths.kubeconfig)
+    ports = StackPorts(dc.free_port(), dc.free_port(), dc.free_port(), dc.free_port(),
+                       tuple(dc.free_port() for _ in range(operators)))
+    (paths.root / "kubegang.json").write_text(json.dumps(
+        {"ports": ports.__dict__, "tls_dir": str(tls), "namespace": NAMESPACE}, indent=2))
+
+    # 1. The API: CRDs (what `helm install` would apply first) and the operator's namespace.
+    dc.kubectl(paths, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    dc.kubectl(paths, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    if dc.kubectl(paths, "get", "namespace", NAMESPACE, check=False) == "":
+        dc.kubectl(paths, "create", "namespace", NAMESPACE)
+
+    # 2. The extender, then kube-scheduler pointed at it.
+    dc.start(paths, "kubegang-extender", [
+        python(), "-m", "kubegang.extender", "--kubeconfig", kubeconfig,
+        "--host", "127.0.0.1", "--https-port", str(ports.extender_https), "--grpc-port", str(ports.extender_grpc),
+        "--metrics-host", "127.0.0.1", "--metrics-port", str(ports.extender_metrics), "--tls-dir", str(tls),
+    ])
+    dc.wait_for(paths, "kubegang-extender", lambda: http_ok(f"http://127.0.0.1:{ports.extender_metrics}/readyz"), 60)
+    rendered = yaml.safe_load(render_scheduler_config(SchedulerConfigValues(
+        extender_url=f"https://127.0.0.1:{ports.extender_https}", ca_file=str(pki.ca_cert),
+        cert_file=str(pki.client_cert), key_file=str(pki.client_key), kubeconfig=kubeconfig, leader_elect=False)))
+    extender_config = paths.root / "kubegang-scheduler-extender.yaml"
+    extender_config.write_text(yaml.safe_dump({"profiles": rendered["profiles"], "extenders": rendered["extenders"]}))
+    dc.restart_scheduler(paths, extender_config)
+
+    # 3. One replay agent serves every fake node, as a DaemonSet would serve each real one.
+    dc.start(paths, "kubegang-agent", [
+        python(), "-m", "kubegang.agent", "--kubeconfig", kubeconfig, "--replay-dir", str(REPLAY_DIR),
+        "--nodes-from-label", "=".join(dc.FAKE_NODE_LABEL), "--metrics-host", "127.0.0.1",
+        "--metrics-port", str(ports.agent_metrics), "--poll-interval", "5",
+    ])
+
+    # 4. Operators: two replicas campaign for one Lease; only the leader admits.
+    for i, port in enumerate(ports.operator_metrics):
+        dc.start(paths, f"kubegang-operator-{i}", [
+            python(), "-m", "kubegang.operator", "--kubeconfig", kubeconfig, "--namespace", NAMESPACE,
+            "--extender-address", f"127.0.0.1:{ports.extender_grpc}", "--tls-dir", str(tls),
+            "--tls-server-name", "localhost", "--metrics-port", str(port), "--identity", f"local-operator-{i}",
+        ])
+    dc.wait_for(paths, "kubegang-agent", lambda: http_ok(f"http://127.0.0.1:{ports.agent_metrics}/healthz"), 60)
+    for i, port in enumerate(ports.operator_metrics):
+        dc.wait_for(paths, f"kubegang-operator-{i}", lambda port=port: http_ok(f"http://127.0.0.1:{port}/metrics"), 60)
+    dc.log(f"kubegang running in {time.monotonic() - t0:.1f}s: extender https :{ports.extender_https} "
+           f"grpc :{ports.extender_grpc}, agent, {operators} operator(s)")
+    return ports
+
+
+def component_names(paths: dc.Paths) -> list[str]:
+    return sorted(p.stem for p in paths.pids.glob("kubegang-*.pid")) if paths.pids.exists() else []
+
+
+def down(paths: dc.Paths, quiet: bool = False) -> None:
+    names = component_names(paths)
+    for name in names:
+        dc.stop(paths, name)
+    (paths.root / "kubegang.json").unlink(missing_ok=True)
+    # Without its extender the kubegang profile would hold every GPU pod (the extender is not
+    # ignorable), so kube-scheduler goes back to the default profile alone.
+    if names and dc.status(paths, quiet=True):
+        dc.restart_scheduler(paths, None)
+    if not quiet:
+        dc.log("kubegang processes stopped")

@@ -8,11 +8,12 @@ it creates (see docs/extender.md, "Contract with the operator").
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kubegang.api import whole_count
 from kubegang.extender._wire import Pod
+from kubegang.placement import Toleration
 
 GPU_RESOURCE = "nvidia.com/gpu"
 """The extended resource the extender manages (``managedResources`` in the scheduler config)."""
@@ -25,31 +26,18 @@ JOB_UID_LABEL = "kubegang.io/job-uid"
 POD_INDEX_LABEL = "kubegang.io/pod-index"
 """Index of the pod within its gang (0..replicas-1), matching the plan's pod index."""
 
-_INT_QUANTITY = re.compile(r"^\+?(\d+)$")
-
-
 class DemandError(ValueError):
     """A pod whose kubegang fields cannot be read; the message names the field."""
 
 
 def parse_gpu_quantity(value: str | int | float, where: str) -> int:
-    """Whole GPUs from a resource quantity; extended resources must be integers."""
-    if isinstance(value, bool):
-        raise DemandError(f"{where}: expected a whole number of GPUs, got {value!r}")
-    if isinstance(value, int):
-        count = value
-    elif isinstance(value, float):
-        if not value.is_integer():
-            raise DemandError(f"{where}: {GPU_RESOURCE} must be a whole number, got {value!r}")
-        count = int(value)
-    else:
-        match = _INT_QUANTITY.match(value.strip())
-        if match is None:
-            raise DemandError(f"{where}: {GPU_RESOURCE} must be a whole number, got {value!r}")
-        count = int(match.group(1))
-    if count < 0:
-        raise DemandError(f"{where}: {GPU_RESOURCE} must not be negative, got {value!r}")
-    return count
+    """Whole GPUs from a resource quantity; extended resources must be whole numbers."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    try:
+        return whole_count(value if isinstance(value, int | str) else str(value))
+    except ValueError as exc:
+        raise DemandError(f"{where}: {GPU_RESOURCE} {exc}") from None
 
 
 def parse_gpu_indices(text: str) -> tuple[int, ...]:
@@ -97,6 +85,10 @@ class PodDemand:
     """The pod's nodeSelector (used for GPU product matching)."""
     node_name: str = ""
     """``spec.nodeName`` once bound."""
+    pod_index: int | None = None
+    """Index within the gang from ``kubegang.io/pod-index``; None outside gangs."""
+    tolerations: tuple[Toleration, ...] = ()
+    """The pod's tolerations, in the core's form (GPU nodes are often tainted)."""
 
     @property
     def key(self) -> str:
@@ -127,6 +119,16 @@ def pod_demand(pod: Pod) -> PodDemand:
         default=0,
     )
     pinned = meta.annotations.get(NODE_ANNOTATION, "").strip() or None
+    index_text = meta.labels.get(POD_INDEX_LABEL, "").strip()
+    if index_text and not index_text.isdigit():
+        raise DemandError(f"label {POD_INDEX_LABEL}: expected a pod index (0, 1, ...), got {index_text!r}")
+    tolerations = []
+    for i, t in enumerate(spec.tolerations):
+        try:
+            tolerations.append(Toleration(key=t.key, operator=t.operator or "Equal", value=t.value,
+                                          effect=t.effect))
+        except ValueError as exc:
+            raise DemandError(f"spec.tolerations[{i}]: {exc}") from None
     gpus_text = meta.annotations.get(GPUS_ANNOTATION, "")
     return PodDemand(
         uid=meta.uid,
@@ -138,4 +140,6 @@ def pod_demand(pod: Pod) -> PodDemand:
         job_uid=meta.labels.get(JOB_UID_LABEL) or None,
         node_selector=dict(spec.node_selector),
         node_name=spec.node_name,
+        pod_index=int(index_text) if index_text else None,
+        tolerations=tuple(tolerations),
     )

@@ -1,0 +1,581 @@
+"""The cluster GPU ledger: who holds which GPU, bound or reserved, and the decisions made on it.
+
+Pure and single-threaded (the event loop is the only writer), so "filter, then reserve" needs no
+locks. Kubernetes I/O lives in :mod:`._watch`, which feeds this object with plain API JSON.
+
+Sources of truth, and what is derived:
+
+- *Nodes* (API JSON) and *GPUNode* statuses -> :class:`NodeInfo` -> the compiled topology.
+- *Pods* holding GPUs: bound (``spec.nodeName``) or planned by the operator (annotation
+  ``kubegang.io/node`` + ``kubegang.io/gpus``). Planned pods are how reservations survive a
+  restart: a new extender lists pods and holds the same GPUs again.
+- *Reservations* made over gRPC before the pods exist, in memory, with a TTL; each pod index is
+  held by the reservation until the gang's pod with that index appears, then by the pod.
+
+The core :class:`Snapshot` is derived from those three: allocations are keyed ``(owner, index)``
+where the owner is the GPUJob UID for gang pods and reservations, or ``pod/<uid>`` for other pods.
+Updates are applied incrementally; a conflict (for example a plain pod whose GPU indices we had to
+guess) or a topology change rebuilds the snapshot from the sources, placing pods with known GPU
+indices first. Rebuilding from the same sources always yields the same ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from kubegang.api.gpunode import GPUNodeStatus
+from kubegang.extender._authority import FilterVerdict, ReserveOutcome, WhatIfOutcome
+from kubegang.extender._nodes import node_info
+from kubegang.extender._pods import NODE_ANNOTATION, DemandError, PodDemand, pod_demand
+from kubegang.extender._wire import MAX_EXTENDER_PRIORITY, Pod
+from kubegang.levels import Level
+from kubegang.placement import (
+    MILLI,
+    UNKNOWN_NODE,
+    Allocation,
+    AllocationError,
+    GangRequest,
+    Placement,
+    PlanResult,
+    PodAssignment,
+    Snapshot,
+    Unplaceable,
+    feasible_nodes,
+    node_scores,
+    plan,
+)
+from kubegang.topology import (
+    FABRIC_LEVELS,
+    NodeInfo,
+    TopologyError,
+    TopologyIndex,
+    TopologyLabels,
+    compile_index,
+    level_span,
+)
+
+log = logging.getLogger(__name__)
+
+_TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class HeldPod:
+    """A pod that holds GPUs on a node, as the ledger records it."""
+
+    uid: str
+    """Pod UID."""
+    key: str
+    """``namespace/name``."""
+    owner: str
+    """Allocation owner: the GPUJob UID, or ``pod/<uid>`` outside gangs."""
+    index: int
+    """Pod index within the owner (0 outside gangs)."""
+    node: str
+    """Node it is bound or planned to."""
+    gpus: int
+    """Whole GPUs it holds."""
+    gpu_indices: tuple[int, ...]
+    """GPU indices from ``kubegang.io/gpus``; empty when unknown (then first free ones are used)."""
+    bound: bool
+    """True once ``spec.nodeName`` is set."""
+
+
+@dataclass
+class Reservation:
+    """GPUs held for a gang whose pods do not all exist yet."""
+
+    gang: GangRequest
+    """What was asked."""
+    placement: Placement
+    """Where it goes."""
+    expires_at: float
+    """Unix time after which the indices still held by the reservation are released."""
+    held: set[int] = field(default_factory=set)
+    """Pod indices still held by the reservation (not yet by a pod)."""
+
+
+def _owner_and_index(demand: PodDemand) -> tuple[str, int]:
+    if demand.job_uid is not None and demand.pod_index is not None:
+        return demand.job_uid, demand.pod_index
+    return f"pod/{demand.uid or demand.key}", 0
+
+
+def held_pod(obj: Mapping[str, Any]) -> HeldPod | None:
+    """The GPU hold of a pod (API JSON), or None when it holds none (no GPUs, pending, finished)."""
+    status = obj.get("status") or {}
+    if isinstance(status, Mapping) and status.get("phase") in _TERMINAL_PHASES:
+        return None
+    try:
+        demand = pod_demand(Pod.model_validate(obj))
+    except (ValidationError, DemandError) as exc:
+        log.warning("ignoring pod %s: %s", (obj.get("metadata") or {}).get("name"), exc)
+        return None
+    if demand.gpus == 0:
+        return None
+    node = demand.node_name or demand.pinned_node
+    if not node:
+        return None
+    owner, index = _owner_and_index(demand)
+    known = demand.pinned_gpus if demand.pinned_node in (None, node) else ()
+    if known and len(known) != demand.gpus:
+        log.warning("pod %s: %d GPU indices annotated for %d GPUs; indices ignored",
+                    demand.key, len(known), demand.gpus)
+        known = ()
+    return HeldPod(uid=demand.uid, key=demand.key, owner=owner, index=index, node=node, gpus=demand.gpus,
+                   gpu_indices=known, bound=bool(demand.node_name))
+
+
+class Ledger:
+    """Implements both :class:`SchedulerAuthority` and :class:`PlacementAuthority`."""
+
+    def __init__(self, labels: TopologyLabels | None = None, clock: Callable[[], float] = time.time) -> None:
+        self._labels = labels or TopologyLabels()
+        self._clock = clock
+        self._nodes: dict[str, Mapping[str, Any]] = {}
+        self._gpunodes: dict[str, GPUNodeStatus] = {}
+        self._infos: dict[str, NodeInfo] = {}
+        self._pods: dict[str, HeldPod] = {}
+        self._reservations: dict[str, Reservation] = {}
+        self._by_slot: dict[tuple[str, int], str] = {}
+        """(owner, index) -> pod uid holding that slot."""
+        self._unplaced: dict[str, str] = {}
+        """Pod uid -> why its GPUs could not be recorded (overcommitted node, unknown node)."""
+        self._topology: TopologyIndex = compile_index([], self._labels)
+        self._snapshot = Snapshot(self._topology)
+        self._dirty = False
+        self.synced = False
+        """True once the watches listed everything (readiness)."""
+
+    # ---- feeding (from watches) -----------------------------------------------------------
+
+    def upsert_node(self, obj: Mapping[str, Any]) -> None:
+        """A Node was added or changed."""
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        if name:
+            self._nodes[name] = obj
+            self._refresh_node(name)
+
+    def delete_node(self, name: str) -> None:
+        """A Node was deleted."""
+        self._nodes.pop(name, None)
+        self._refresh_node(name)
+
+    def upsert_gpunode(self, name: str, status: GPUNodeStatus | None) -> None:
+        """A GPUNode was added or changed (None status: agent has not reported yet)."""
+        if status is None:
+            self._gpunodes.pop(name, None)
+        else:
+            self._gpunodes[name] = status
+        self._refresh_node(name)
+
+    def delete_gpunode(self, name: str) -> None:
+        """A GPUNode was deleted."""
+        self.upsert_gpunode(name, None)
+
+    def upsert_pod(self, obj: Mapping[str, Any]) -> None:
+        """A GPU pod was added or changed."""
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        if not uid:
+            return
+        held = held_pod(obj)
+        old = self._pods.get(uid)
+        if held == old:
+            return
+        if old is not None:
+            self._forget_pod(old)
+        if held is not None:
+            self._pods[uid] = held
+            self._by_slot[(held.owner, held.index)] = uid
+            if not self._dirty:
+                self._place_pod(held)
+
+    def delete_pod(self, uid: str) -> None:
+        """A pod was deleted (its GPUs are free again)."""
+        old = self._pods.get(uid)
+        if old is not None:
+            self._forget_pod(old)
+
+    def replace_all(self, nodes: Sequence[Mapping[str, Any]], gpunodes: Mapping[str, GPUNodeStatus],
+                    pods: Sequence[Mapping[str, Any]]) -> None:
+        """Replace every source at once (initial list, or relist after 410 Gone); reservations stay."""
+        self._nodes = {str(n["metadata"]["name"]): n for n in nodes}
+        self._gpunodes = dict(gpunodes)
+        self._infos = {}
+        for name in set(self._nodes):
+            self._refresh_node(name, mark=False)
+        self._pods, self._by_slot = {}, {}
+        for obj in pods:
+            held = held_pod(obj)
+            if held is not None:
+                self._pods[held.uid] = held
+                self._by_slot[(held.owner, held.index)] = held.uid
+        self._dirty = True
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Release reservations past their TTL; returns their job UIDs."""
+        now = self._clock() if now is None else now
+        gone = [job for job, r in self._reservations.items() if r.expires_at <= now]
+        for job in gone:
+            log.info("reservation of job %s expired with pods %s never created",
+                     job, sorted(self._reservations[job].held))
+            self._drop_reservation(job)
+        return gone
+
+    # ---- SchedulerAuthority (kube-scheduler verbs) ------------------------------------------
+
+    def filter(self, pod: PodDemand, nodes: Sequence[str]) -> FilterVerdict:
+        """See :class:`SchedulerAuthority`."""
+        snap = self._current()
+        if pod.gpus == 0:
+            return FilterVerdict(passed=list(nodes))
+        if pod.pinned_node is not None:
+            return self._filter_pinned(snap, pod, nodes)
+        passed, failed = feasible_nodes(self._pod_gang(pod), snap, nodes)
+        unresolvable = {n: r for n, r in failed.items() if r == UNKNOWN_NODE}
+        for n in unresolvable:
+            del failed[n]
+        return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable)
+
+    def prioritize(self, pod: PodDemand, nodes: Sequence[str]) -> list[tuple[str, int]]:
+        """See :class:`SchedulerAuthority`."""
+        snap = self._current()
+        if pod.pinned_node is not None or pod.gpus == 0:
+            return [(n, MAX_EXTENDER_PRIORITY if n == pod.pinned_node else 0) for n in nodes]
+        scores = node_scores(self._pod_gang(pod), snap, nodes)
+        return [(n, scores.get(n, 0)) for n in nodes]
+
+    def preempt(self, pod: PodDemand, candidates: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+        """See :class:`SchedulerAuthority`: whole gangs only, and only if the pod then fits."""
+        snap = self._current()
+        kept: dict[str, list[str]] = {}
+        gang = self._pod_gang(pod) if pod.gpus else None
+        for node, uids in candidates.items():
+            if pod.pinned_node is not None and node != pod.pinned_node:
+                continue
+            victims = set(uids)
+            if not self._whole_gangs(victims):
+                continue
+            if gang is not None and not self._fits_after(snap, gang, node, victims):
+                continue
+            kept[node] = list(uids)
+        return kept
+
+    # ---- PlacementAuthority (operator over gRPC) ----------------------------------------------
+
+    def plan(self, gang: GangRequest) -> PlanResult:
+        """See :class:`PlacementAuthority`."""
+        snap = self._current()
+        with snap.what_if():
+            self._release_reserved(snap, gang.id)
+            return plan(gang, snap)
+
+    def reserve(self, gang: GangRequest, placement: Placement | None, ttl_seconds: float) -> ReserveOutcome:
+        """See :class:`PlacementAuthority`."""
+        snap = self._current()
+        now = self._clock()
+        existing = self._reservations.get(gang.id)
+        if existing is not None:
+            existing.expires_at = now + ttl_seconds
+            return ReserveOutcome(result=existing.placement, expires_at=existing.expires_at)
+        claimed = sorted(i for (owner, i) in self._by_slot if owner == gang.id)
+        if claimed:
+            # The gang's pods exist (e.g. the operator re-reserves after an extender restart): their
+            # annotations are the reservation. All of them: idempotent answer; some: refuse.
+            if claimed == list(range(gang.pods)):
+                return ReserveOutcome(result=self._held_placement(snap, gang), expires_at=now + ttl_seconds)
+            return ReserveOutcome(result=Unplaceable(
+                gang_id=gang.id, level=Level.CLUSTER,
+                reason=f"job {gang.id} already has pods {claimed} of {gang.pods}; delete the whole gang "
+                       "before reserving it again"))
+        if placement is None:
+            result = plan(gang, snap)
+            if isinstance(result, Unplaceable):
+                return ReserveOutcome(result=result)
+            placement = result
+        held = {a.pod for a in placement.assignments}
+        try:
+            snap.allocate_all(placement.allocations(gang))
+        except AllocationError as exc:
+            return ReserveOutcome(result=Unplaceable(
+                gang_id=gang.id, reason=f"the planned placement is no longer free: {exc}; plan again",
+                level=placement.level))
+        self._reservations[gang.id] = Reservation(gang, placement, now + ttl_seconds, held)
+        return ReserveOutcome(result=placement, expires_at=now + ttl_seconds)
+
+    def _held_placement(self, snap: Snapshot, gang: GangRequest) -> Placement:
+        """The placement the gang's existing pods hold."""
+        allocations = sorted(snap.allocations_of(gang.id), key=lambda a: a.pod)
+        numbers = sorted({self._topology.node_number[a.node] for a in allocations})
+        level, domain = level_span(self._topology, numbers) if numbers else (Level.CLUSTER, 0)
+        return Placement(
+            gang_id=gang.id,
+            assignments=tuple(PodAssignment(pod=a.pod, node=a.node, gpus=a.gpus, gpu_milli=a.gpu_milli)
+                              for a in allocations),
+            level=level, domain=self._topology.domain_names[level][domain] if numbers else "",
+            score=0.0, preferred_met=gang.preferred_level is None or level <= gang.preferred_level,
+        )
+
+    def release(self, job_uid: str) -> int:
+        """See :class:`PlacementAuthority`."""
+        reservation = self._reservations.get(job_uid)
+        if reservation is None:
+            return 0
+        freed = sum(len(a.gpus) for a in reservation.placement.assignments
+                    if a.pod in reservation.held and a.gpu_milli == MILLI)
+        self._drop_reservation(job_uid)
+        return freed
+
+    def what_if(self, gang: GangRequest, candidates: Sequence[str]) -> WhatIfOutcome:
+        """See :class:`PlacementAuthority`: the shortest prefix that works, then pruned."""
+        snap = self._current()
+        with snap.what_if():
+            self._release_reserved(snap, gang.id)
+            result = plan(gang, snap)
+            if isinstance(result, Placement):
+                return WhatIfOutcome(victims=(), result=result)
+            chosen: list[str] = []
+            for job in candidates:
+                snap.release(job)
+                chosen.append(job)
+                result = plan(gang, snap)
+                if isinstance(result, Placement):
+                    break
+            else:
+                return WhatIfOutcome(victims=(), result=result)
+        # Earlier candidates may be unnecessary once a later, bigger one is in: drop what we can.
+        for job in list(chosen[:-1]):
+            trial = [j for j in chosen if j != job]
+            with snap.what_if():
+                self._release_reserved(snap, gang.id)
+                for j in trial:
+                    snap.release(j)
+                attempt = plan(gang, snap)
+            if isinstance(attempt, Placement):
+                chosen, result = trial, attempt
+        return WhatIfOutcome(victims=tuple(chosen), result=result)
+
+    # ---- views -----------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-ready dump: nodes with per-GPU free thousandths and holders, pods, reservations."""
+        snap = self._current()
+        holders: dict[tuple[str, int], list[str]] = {}
+        for a in snap.allocations():
+            for gpu in a.gpus:
+                holders.setdefault((a.node, gpu), []).append(f"{a.owner}#{a.pod}")
+        nodes = {}
+        for n, info in enumerate(self._topology.nodes):
+            nodes[info.name] = {
+                "domains": {lvl.label: self._topology.domain_names[lvl][self._topology.domain_of[lvl][n]]
+                            for lvl in FABRIC_LEVELS},
+                "gpus": [{"index": g.index, "product": g.product, "healthy": g.healthy,
+                          "freeMilli": snap.gpu_milli[n][p], "holders": holders.get((info.name, g.index), [])}
+                         for p, g in enumerate(info.gpus)],
+            }
+        return {
+            "time": self._clock(),
+            "synced": self.synced,
+            "nodes": nodes,
+            "pods": {uid: {"pod": h.key, "owner": h.owner, "index": h.index, "node": h.node, "gpus": h.gpus,
+                           "gpuIndices": list(h.gpu_indices), "bound": h.bound}
+                     for uid, h in sorted(self._pods.items())},
+            "reservations": {job: {"expiresAt": r.expires_at, "heldPods": sorted(r.held),
+                                   "placement": [{"pod": a.pod, "node": a.node, "gpus": list(a.gpus)}
+                                                 for a in r.placement.assignments]}
+                             for job, r in sorted(self._reservations.items())},
+            "unplaced": dict(sorted(self._unplaced.items())),
+        }
+
+    def gpu_totals(self) -> dict[str, dict[str, int]]:
+        """Per product: whole GPUs ``bound`` (pods), ``reserved`` (reservations) and ``free``."""
+        snap = self._current()
+        out: dict[str, dict[str, int]] = {}
+        reserved_slots = {(job, i) for job, r in self._reservations.items() for i in r.held}
+        for n, info in enumerate(self._topology.nodes):
+            for p, g in enumerate(info.gpus):
+                row = out.setdefault(g.product or "unknown", {"bound": 0, "reserved": 0, "free": 0})
+                if snap.gpu_milli[n][p] == MILLI:
+                    row["free"] += 1
+        for a in snap.allocations():
+            product = self._topology.nodes[self._topology.node_number[a.node]].gpus
+            names = {g.index: g.product or "unknown" for g in product}
+            state = "reserved" if (a.owner, a.pod) in reserved_slots else "bound"
+            for gpu in a.gpus:
+                out.setdefault(names.get(gpu, "unknown"), {"bound": 0, "reserved": 0, "free": 0})[state] += 1
+        return out
+
+    @property
+    def reservation_count(self) -> int:
+        """Reservations held in memory."""
+        return len(self._reservations)
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _current(self) -> Snapshot:
+        if self._dirty:
+            self._rebuild()
+        return self._snapshot
+
+    def _refresh_node(self, name: str, *, mark: bool = True) -> None:
+        obj = self._nodes.get(name)
+        info = node_info(obj, self._gpunodes.get(name)) if obj is not None else None
+        if info == self._infos.get(name):
+            return
+        if info is None:
+            self._infos.pop(name, None)
+        else:
+            self._infos[name] = info
+        if mark:
+            self._dirty = True
+
+    def _pod_gang(self, pod: PodDemand) -> GangRequest:
+        return GangRequest(id=f"pod/{pod.uid or pod.key}", pods=1, gpus_per_pod=max(pod.gpus, 1),
+                           tolerations=pod.tolerations)
+
+    def _filter_pinned(self, snap: Snapshot, pod: PodDemand, nodes: Sequence[str]) -> FilterVerdict:
+        target = pod.pinned_node or ""
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable = {n: f"pod is planned on node {target} (annotation {NODE_ANNOTATION})"
+                        for n in nodes if n != target}
+        if target in nodes:
+            reason = self._pinned_reason(snap, pod)
+            if reason is None:
+                passed.append(target)
+            else:
+                failed[target] = reason
+        return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable)
+
+    def _pinned_reason(self, snap: Snapshot, pod: PodDemand) -> str | None:
+        """None when the pinned node holds this pod's GPUs (reserved or free now)."""
+        owner, index = _owner_and_index(pod)
+        for a in snap.allocations_of(owner):
+            if a.pod == index:
+                if a.node == pod.pinned_node:
+                    return None
+                return f"GPUs for this pod are held on node {a.node}, not {pod.pinned_node}"
+        n = self._topology.node_number.get(pod.pinned_node or "")
+        if n is None:
+            return UNKNOWN_NODE
+        info = self._topology.nodes[n]
+        position = {g.index: p for p, g in enumerate(info.gpus)}
+        if pod.pinned_gpus:
+            taken = [g for g in pod.pinned_gpus if g not in position or snap.gpu_milli[n][position[g]] < MILLI]
+            if taken:
+                return f"planned GPUs {taken} on node {info.name} are held by others (reservation lapsed?)"
+            return None
+        free = sum(1 for m in snap.gpu_milli[n] if m == MILLI)
+        if free < pod.gpus:
+            return f"needs {pod.gpus} free GPUs on its planned node; has {free} (reservation lapsed?)"
+        return None
+
+    def _whole_gangs(self, victims: set[str]) -> bool:
+        """Every gang touched by ``victims`` is entirely in it."""
+        owners = {self._pods[uid].owner for uid in victims if uid in self._pods}
+        for owner in owners:
+            if owner.startswith("pod/"):
+                continue
+            members = {uid for (o, _), uid in self._by_slot.items() if o == owner}
+            if not members <= victims or owner in self._reservations:
+                return False
+        return True
+
+    def _fits_after(self, snap: Snapshot, gang: GangRequest, node: str, victims: set[str]) -> bool:
+        with snap.what_if():
+            for uid in victims:
+                held = self._pods.get(uid)
+                if held is not None:
+                    snap.release(held.owner, held.index)
+            ok, _ = feasible_nodes(gang, snap, [node])
+            return bool(ok)
+
+    def _release_reserved(self, snap: Snapshot, job: str) -> None:
+        reservation = self._reservations.get(job)
+        if reservation is not None:
+            for index in reservation.held:
+                snap.release(job, index)
+
+    def _drop_reservation(self, job: str) -> None:
+        if not self._dirty:
+            self._release_reserved(self._snapshot, job)
+        del self._reservations[job]
+
+    def _forget_pod(self, old: HeldPod) -> None:
+        del self._pods[old.uid]
+        if self._by_slot.get((old.owner, old.index)) == old.uid:
+            del self._by_slot[(old.owner, old.index)]
+        if self._unplaced.pop(old.uid, None) is None and not self._dirty:
+            self._snapshot.release(old.owner, old.index)
+        if self._unplaced:
+            self._dirty = True  # GPUs were freed: pods that did not fit may fit now
+
+    def _place_pod(self, held: HeldPod) -> None:
+        """Record a pod in the current snapshot; a conflict schedules a rebuild."""
+        reservation = self._reservations.get(held.owner)
+        if reservation is not None and held.index in reservation.held:
+            reservation.held.discard(held.index)
+            self._snapshot.release(held.owner, held.index)
+            if not reservation.held:
+                del self._reservations[held.owner]
+        try:
+            self._allocate_pod(self._snapshot, held)
+        except AllocationError:
+            # Guessed GPU indices may collide with a newly known exact hold: rebuild in order.
+            self._dirty = True
+
+    def _allocate_pod(self, snap: Snapshot, held: HeldPod) -> None:
+        n = self._topology.node_number.get(held.node)
+        if n is None:
+            raise AllocationError(f"node {held.node} has no GPUs known to kubegang")
+        gpus = held.gpu_indices
+        if not gpus:
+            info = self._topology.nodes[n]
+            free = [g.index for p, g in enumerate(info.gpus) if snap.gpu_milli[n][p] == MILLI]
+            if len(free) < held.gpus:
+                raise AllocationError(f"node {held.node} has {len(free)} free GPUs; pod needs {held.gpus}")
+            gpus = tuple(free[: held.gpus])
+        snap.allocate(Allocation(owner=held.owner, pod=held.index, node=held.node, gpus=gpus))
+
+    def _rebuild(self) -> None:
+        """Recompile the topology and replay every hold: exact GPU indices first, guesses last."""
+        try:
+            self._topology = compile_index(self._infos.values(), self._labels)
+        except TopologyError as exc:
+            log.error("topology is inconsistent (%s); placing without fabric labels until fixed", exc)
+            self._topology = compile_index(self._infos.values(),
+                                           TopologyLabels(nvlink=None, leaf=None, spine=None, block=None))
+        snap = Snapshot(self._topology)
+        self._unplaced = {}
+        exact = [h for h in self._pods.values() if h.gpu_indices]
+        guessed = [h for h in self._pods.values() if not h.gpu_indices]
+        for held in sorted(exact, key=lambda h: h.uid):
+            self._try_allocate(snap, held)
+        for job, reservation in list(self._reservations.items()):
+            reservation.held -= {i for (o, i) in self._by_slot if o == job}
+            wanted = [a for a in reservation.placement.allocations(reservation.gang) if a.pod in reservation.held]
+            try:
+                snap.allocate_all(wanted)
+            except AllocationError as exc:
+                log.error("reservation of job %s lost after a topology change: %s", job, exc)
+                del self._reservations[job]
+                continue
+            if not reservation.held:
+                del self._reservations[job]
+        for held in sorted(guessed, key=lambda h: (h.bound is False, h.uid)):
+            self._try_allocate(snap, held)
+        self._snapshot = snap
+        self._dirty = False
+
+    def _try_allocate(self, snap: Snapshot, held: HeldPod) -> None:
+        try:
+            self._allocate_pod(snap, held)
+        except AllocationError as exc:
+            self._unplaced[held.uid] = str(exc)
+            log.warning("pod %s on %s not recorded: %s", held.key, held.node, exc)

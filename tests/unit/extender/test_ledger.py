@@ -1,0 +1,263 @@
+"""The ledger's decisions: reservations guarded, gangs pinned, restarts lossless, preemption whole."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kubegang.api.gpunode import GPUNodeStatus
+from kubegang.extender._ledger import Ledger
+from kubegang.extender._pods import PodDemand
+from kubegang.levels import Level
+from kubegang.placement import GangRequest, Placement
+
+
+def node(name: str, gpus: int = 8, leaf: str = "leaf-a", **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"kubegang.io/leaf": leaf, "nvidia.com/gpu.product": "H100",
+                                              **labels}},
+        "spec": {},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "64", "memory": "512Gi", "pods": "110"}},
+    }
+
+
+def pod(uid: str, gpus: int, *, node_name: str = "", pinned: str = "", gpu_idx: str = "",
+        job: str = "", index: int | None = None, phase: str = "Pending") -> dict[str, Any]:
+    labels = {"kubegang.io/job-uid": job} if job else {}
+    if index is not None:
+        labels["kubegang.io/pod-index"] = str(index)
+    annotations = {"kubegang.io/node": pinned} if pinned else {}
+    if gpu_idx:
+        annotations["kubegang.io/gpus"] = gpu_idx
+    return {
+        "metadata": {"name": f"p-{uid}", "namespace": "ns", "uid": uid, "labels": labels,
+                     "annotations": annotations},
+        "spec": {"nodeName": node_name,
+                 "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+        "status": {"phase": phase},
+    }
+
+
+def demand(gpus: int, uid: str = "x", **kw: Any) -> PodDemand:
+    return PodDemand(uid=uid, namespace="ns", name=uid, gpus=gpus, **kw)
+
+
+def make(nodes: int = 4, gpus: int = 8, clock: list[float] | None = None) -> Ledger:
+    now = clock if clock is not None else [1000.0]
+    ledger = Ledger(clock=lambda: now[0])
+    for i in range(nodes):
+        ledger.upsert_node(node(f"n{i}", gpus, leaf=f"leaf-{i // 2}"))
+    return ledger
+
+
+def free(ledger: Ledger) -> dict[str, int]:
+    return {name: sum(g["freeMilli"] == 1000 for g in n["gpus"]) for name, n in ledger.snapshot()["nodes"].items()}
+
+
+def reserve(ledger: Ledger, job: str, pods: int, gpus: int = 8, ttl: float = 60) -> Placement:
+    out = ledger.reserve(GangRequest(id=job, pods=pods, gpus_per_pod=gpus), None, ttl)
+    assert isinstance(out.result, Placement), out.result
+    return out.result
+
+
+def test_plain_pod_filter_reasons_and_unknown_nodes() -> None:
+    ledger = make(2)
+    ledger.upsert_pod(pod("b", 8, node_name="n0"))
+    verdict = ledger.filter(demand(2), ["n0", "n1", "cpu-only"])
+    assert verdict.passed == ["n1"]
+    assert "n0" in verdict.failed and "0" in verdict.failed["n0"]
+    assert set(verdict.unresolvable) == {"cpu-only"}
+
+
+def test_reserved_gpus_are_never_given_to_plain_pods() -> None:
+    ledger = make(2)
+    placement = reserve(ledger, "job-1", pods=1)
+    reserved = placement.assignments[0].node
+    verdict = ledger.filter(demand(1), ["n0", "n1"])
+    assert reserved not in verdict.passed
+    assert reserved in verdict.failed
+
+
+def test_gang_pod_passes_only_its_planned_node() -> None:
+    ledger = make(3)
+    placement = reserve(ledger, "job-1", pods=2)
+    target = placement.assignments[1].node
+    gang_pod = demand(8, uid="g1", pinned_node=target, job_uid="job-1", pod_index=1)
+    verdict = ledger.filter(gang_pod, ["n0", "n1", "n2"])
+    assert verdict.passed == [target]
+    assert set(verdict.unresolvable) == {"n0", "n1", "n2"} - {target}
+    assert dict(ledger.prioritize(gang_pod, ["n0", "n1", "n2"]))[target] == 10
+
+
+def test_pods_take_over_reservations_and_release_frees_only_unclaimed_slots() -> None:
+    ledger = make(2)
+    placement = reserve(ledger, "job-1", pods=2)
+    a0 = placement.assignments[0]
+    ledger.upsert_pod(pod("g0", 8, pinned=a0.node, gpu_idx=",".join(map(str, a0.gpus)), job="job-1", index=0))
+    assert ledger.release("job-1") == 8  # pod 1 was still only reserved
+    assert sum(free(ledger).values()) == 8
+
+
+def test_restart_rebuilds_the_same_ledger_from_pods() -> None:
+    ledger = make(4)
+    placement = reserve(ledger, "job-1", pods=3)
+    pods = [pod(f"g{a.pod}", 8, pinned=a.node, gpu_idx=",".join(map(str, a.gpus)), job="job-1", index=a.pod)
+            for a in placement.assignments]
+    pods.append(pod("plain", 2, node_name=next(n for n in ["n0", "n1", "n2", "n3"]
+                                               if n not in placement.nodes)))
+    for p in pods:
+        ledger.upsert_pod(p)
+    before = free(ledger)
+    fresh = Ledger()
+    fresh.replace_all([node(f"n{i}", 8, leaf=f"leaf-{i // 2}") for i in range(4)], {}, pods)
+    assert free(fresh) == before
+    assert fresh.snapshot()["pods"] == ledger.snapshot()["pods"]
+
+
+def test_unclaimed_reservations_expire_but_created_pods_keep_their_gpus() -> None:
+    clock = [1000.0]
+    ledger = make(2, clock=clock)
+    placement = reserve(ledger, "job-1", pods=2, ttl=30)
+    a0 = placement.assignments[0]
+    ledger.upsert_pod(pod("g0", 8, pinned=a0.node, gpu_idx=",".join(map(str, a0.gpus)), job="job-1", index=0))
+    clock[0] = 1029.0
+    assert ledger.expire() == []
+    clock[0] = 1031.0
+    assert ledger.expire() == ["job-1"]
+    assert free(ledger) == {a0.node: 0, ({"n0", "n1"} - {a0.node}).pop(): 8}
+
+
+def test_reserving_a_gang_whose_pods_exist_returns_their_placement() -> None:
+    ledger = make(2)
+    placement = reserve(ledger, "job-1", pods=2)
+    for a in placement.assignments:
+        ledger.upsert_pod(pod(f"g{a.pod}", 8, pinned=a.node, gpu_idx=",".join(map(str, a.gpus)), job="job-1",
+                              index=a.pod))
+    again = ledger.reserve(GangRequest(id="job-1", pods=2, gpus_per_pod=8), None, 60)
+    assert isinstance(again.result, Placement)
+    assert again.result.assignments == placement.assignments
+    ledger.delete_pod("g1")
+    partial = ledger.reserve(GangRequest(id="job-1", pods=2, gpus_per_pod=8), None, 60)
+    assert not isinstance(partial.result, Placement)
+    assert "delete the whole gang" in partial.result.reason
+
+
+def test_deleted_and_finished_pods_free_their_gpus() -> None:
+    ledger = make(1)
+    ledger.upsert_pod(pod("a", 4, node_name="n0"))
+    ledger.upsert_pod(pod("b", 4, node_name="n0"))
+    assert free(ledger) == {"n0": 0}
+    ledger.upsert_pod(pod("a", 4, node_name="n0", phase="Succeeded"))
+    ledger.delete_pod("b")
+    assert free(ledger) == {"n0": 8}
+
+
+def test_exact_indices_win_over_guessed_ones() -> None:
+    ledger = make(1)
+    ledger.upsert_pod(pod("plain", 2, node_name="n0"))  # guessed GPUs 0,1
+    ledger.upsert_pod(pod("g", 2, pinned="n0", gpu_idx="0,1", job="j", index=0, node_name="n0"))
+    snap = ledger.snapshot()
+    assert snap["unplaced"] == {}
+    holders = {g["index"]: g["holders"] for g in snap["nodes"]["n0"]["gpus"]}
+    assert holders[0] == ["j#0"] and holders[1] == ["j#0"]
+    assert sum(1 for h in holders.values() if h == ["pod/plain#0"]) == 2
+
+
+def test_preempt_keeps_whole_gangs_only_and_only_when_the_pod_then_fits() -> None:
+    ledger = make(2)
+    for i, n in enumerate(["n0", "n1"]):
+        ledger.upsert_pod(pod(f"g{i}", 4, node_name=n, job="gang", index=i))
+    ledger.upsert_pod(pod("solo", 4, node_name="n0"))
+    ledger.upsert_pod(pod("small", 2, node_name="n1"))
+    preemptor = demand(8, uid="hi")
+    kept = ledger.preempt(preemptor, {"n0": ["g0", "solo"], "n1": ["small"]})
+    assert kept == {}  # n0 breaks the gang; n1 does not free enough
+    kept = ledger.preempt(demand(4, uid="hi"), {"n0": ["solo"], "n1": ["small", "g1"]})
+    assert kept == {"n0": ["solo"]}
+
+
+def test_what_if_returns_the_smallest_victim_set() -> None:
+    ledger = make(2)
+    ledger.upsert_pod(pod("a", 2, node_name="n0", job="small", index=0))
+    ledger.upsert_pod(pod("b", 8, node_name="n1", job="big", index=0))
+    gang = GangRequest(id="new", pods=1, gpus_per_pod=8)
+    out = ledger.what_if(gang, ["small", "big"])
+    assert isinstance(out.result, Placement)
+    assert out.victims == ("small",)
+    out = ledger.what_if(GangRequest(id="new", pods=2, gpus_per_pod=8), ["small", "big"])
+    assert out.victims == ("small", "big")
+    assert ledger.what_if(GangRequest(id="x", pods=3, gpus_per_pod=8), ["small", "big"]).victims == ()
+    assert free(ledger) == {"n0": 6, "n1": 0}  # WhatIf changed nothing
+
+
+def test_plan_changes_nothing_and_respects_required_level() -> None:
+    ledger = make(4)
+    result = ledger.plan(GangRequest(id="j", pods=2, gpus_per_pod=8, required_level=Level.LEAF))
+    assert isinstance(result, Placement)
+    assert result.level <= Level.LEAF
+    assert sum(free(ledger).values()) == 32
+
+
+def test_gpunode_health_removes_a_gpu() -> None:
+    ledger = make(1)
+    status = GPUNodeStatus.model_validate(
+        {"gpus": [{"index": 0, "product": "NVIDIA H100", "health": {"healthy": False, "reasons": ["xid 79"]}}]})
+    ledger.upsert_gpunode("n0", status)
+    assert free(ledger) == {"n0": 7}
+    assert not ledger.filter(demand(8), ["n0"]).passed
+
+
+ops = st.lists(
+    st.tuples(st.sampled_from(["reserve", "claim", "plain", "delete", "expire", "release"]),
+              st.integers(0, 5), st.integers(1, 3)),
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=ops)
+def test_no_gpu_is_ever_held_twice_and_a_restart_agrees(ops: list[tuple[str, int, int]]) -> None:
+    clock = [0.0]
+    ledger = make(4, clock=clock)
+    pods: dict[str, dict[str, Any]] = {}
+    for op, k, size in ops:
+        clock[0] += 10
+        job = f"job-{k}"
+        if op == "reserve":
+            ledger.reserve(GangRequest(id=job, pods=size, gpus_per_pod=4), None, 25)
+        elif op == "claim":
+            for r_job, r in ledger.snapshot()["reservations"].items():
+                for a in r["placement"]:
+                    if a["pod"] not in r["heldPods"]:
+                        continue
+                    uid = f"{r_job}-{a['pod']}"
+                    pods[uid] = pod(uid, 4, pinned=a["node"], gpu_idx=",".join(map(str, a["gpus"])),
+                                    job=r_job, index=a["pod"])
+                    ledger.upsert_pod(pods[uid])
+                break
+        elif op == "plain":
+            passed = ledger.filter(demand(size, uid=f"plain-{k}-{clock[0]}"), ["n0", "n1", "n2", "n3"]).passed
+            if passed:
+                uid = f"plain-{k}-{clock[0]}"
+                pods[uid] = pod(uid, size, node_name=passed[0])
+                ledger.upsert_pod(pods[uid])
+        elif op == "delete" and pods:
+            uid = sorted(pods)[k % len(pods)]
+            del pods[uid]
+            ledger.delete_pod(uid)
+        elif op == "expire":
+            ledger.expire()
+        elif op == "release":
+            ledger.release(job)
+        snap = ledger.snapshot()
+        assert snap["unplaced"] == {}
+        for n in snap["nodes"].values():
+            for g in n["gpus"]:
+                assert len(g["holders"]) <= 1, g
+                assert (g["freeMilli"] == 1000) == (not g["holders"])
+    if not ledger.snapshot()["reservations"]:
+        fresh = Ledger()
+        fresh.replace_all([node(f"n{i}", 8, leaf=f"leaf-{i // 2}") for i in range(4)], {}, list(pods.values()))
+        assert free(fresh) == free(ledger)

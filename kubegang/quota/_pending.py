@@ -50,6 +50,9 @@ class PendingQueues:
         self._parked: dict[str, PendingJob] = {}
         self._per_queue: Counter[str] = Counter()
         self._seq = itertools.count()
+        # queue -> (head's sequence, path version, key): a head's key changes only when a charge on
+        # its path does, so most heads keep their key from one decision to the next.
+        self._keys: dict[str, tuple[int, int, tuple[int, tuple[float, ...], float, int]]] = {}
 
     def __len__(self) -> int:
         return len(self._live) + len(self._parked)
@@ -136,11 +139,20 @@ class PendingQueues:
         return None
 
     def _key(self, job: PendingJob) -> tuple[int, tuple[float, ...], float, int]:
-        try:
+        seq = self._live[job.job_id][1]
+        version = self.tree._path_version(job.queue)
+        cacheable = version is not None and not self.tree.fair_sharing.half_life_seconds
+        cached = self._keys.get(job.queue)
+        if cacheable and cached is not None and cached[0] == seq and cached[1] == version:
+            return cached[2]
+        if version is None:
+            shares: tuple[float, ...] = (math.inf,)  # unknown queue: admission refuses it, others first
+        else:
             shares = share_path(self.tree, job.queue, job.usage)
-        except KeyError:
-            shares = (math.inf,)  # an unknown queue: admission will refuse it, let others go first
-        return (-job.priority, shares, job.created, self._live[job.job_id][1])
+        key = (-job.priority, shares, job.created, seq)
+        if cacheable and version is not None:
+            self._keys[job.queue] = (seq, version, key)
+        return key
 
     def _root(self, queue: str) -> str | None:
         try:

@@ -55,6 +55,7 @@ class _Node:
         "quota",
         "spec",
         "usage",
+        "version",
         "weight",
     )
 
@@ -74,6 +75,8 @@ class _Node:
         self.usage: dict[str, int] = {}
         # flavour -> (decayed charge, time of last update); only with a half-life.
         self.decayed: dict[str, tuple[float, float]] = {}
+        # Bumped whenever ``charged`` changes, so fair shares can be cached until then.
+        self.version = 0
 
     @property
     def is_leaf(self) -> bool:
@@ -348,6 +351,7 @@ class QuotaTree:
             before = n_.charged[flavor]
             self._touch(n_, flavor, now)
             n_.charged[flavor] = before + amount
+            n_.version += 1
             kept = n_.guaranteed[flavor]
             amount = max(0, before + amount - kept) - max(0, before - kept)
             n_ = n_.parent
@@ -360,6 +364,7 @@ class QuotaTree:
             before = n_.charged[flavor]
             self._touch(n_, flavor, now)
             n_.charged[flavor] = before - amount
+            n_.version += 1
             kept = n_.guaranteed[flavor]
             amount = max(0, before - kept) - max(0, before - amount - kept)
             n_ = n_.parent
@@ -411,6 +416,14 @@ class QuotaTree:
             extra = nxt
             n = n.parent
         return out
+
+    def _path_version(self, queue: str) -> int | None:
+        """Changes whenever a charge that the queue's fair share depends on changes (not the root's).
+
+        None for an unknown queue.
+        """
+        node = self._nodes.get(queue)
+        return None if node is None else sum(n.version for n in node.path[:-1])
 
     def _potential(self, node: _Node, flavor: str) -> tuple[int, _Limit]:
         """What a job of ``node`` could take if every other queue were idle."""

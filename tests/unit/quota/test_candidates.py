@@ -29,9 +29,7 @@ def tree_of(a: PreemptionPolicy, b: PreemptionPolicy, *, extra: list[QueueSpec] 
     return QuotaTree(
         [
             QueueSpec("org"),
-            QueueSpec(
-                "team-a", parent="org", quotas={H100: FlavorQuota(8), A100: FlavorQuota(8)}, preemption=a
-            ),
+            QueueSpec("team-a", parent="org", quotas={H100: FlavorQuota(8), A100: FlavorQuota(8)}, preemption=a),
             QueueSpec("team-b", parent="org", quotas={H100: FlavorQuota(8)}, preemption=b),
             *(extra or []),
         ]
@@ -116,9 +114,7 @@ def test_within_queue_lower_priority_only_and_lowest_first() -> None:
 
 
 def test_borrowers_come_before_own_queue() -> None:
-    policy = PreemptionPolicy(
-        within_queue=WithinQueue.LOWER_PRIORITY, reclaim_from_borrowers=ReclaimFromBorrowers.ANY
-    )
+    policy = PreemptionPolicy(within_queue=WithinQueue.LOWER_PRIORITY, reclaim_from_borrowers=ReclaimFromBorrowers.ANY)
     tree = tree_of(PreemptionPolicy(), policy)
     running = [
         run(tree, "b-own", "team-b", {H100: 2}, priority=0),

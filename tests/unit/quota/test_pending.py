@@ -68,6 +68,19 @@ def test_share_counts_the_job_being_admitted() -> None:
     assert [j.job_id for j in pending.heads()] == ["small", "big"]
 
 
+def test_order_follows_admissions_between_decisions() -> None:
+    tree = siblings([4, 4], [1, 1], root=16)
+    pending = PendingQueues(tree)
+    pending.push(PendingJob("a", "t0", {H100: 1}, created=0))
+    pending.push(PendingJob("b", "t1", {H100: 1}, created=1))
+    assert [j.job_id for j in pending.heads()] == ["a", "b"]
+    tree.admit("x", "t0", {H100: 8})  # t0 now borrows
+    assert [j.job_id for j in pending.heads()] == ["b", "a"]
+    tree.release("x")
+    tree.admit("y", "t1", {H100: 8})
+    assert [j.job_id for j in pending.heads()] == ["a", "b"]
+
+
 def test_fifo_within_a_queue_and_priority_within_a_queue() -> None:
     tree = siblings([4], [1])
     pending = PendingQueues(tree)

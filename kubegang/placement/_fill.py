@@ -87,17 +87,21 @@ def choose_nodes(snapshot: Snapshot, gang: GangRequest, fit: DomainFit, k: int) 
             out.append((d, k))
             return
         below = Level(level - 1)
-        kids = [c for c in topo.children[level][d] if sub.get((below, c), 0) > 0]
+        # Roomiest first; the children that hold all k pods are always a prefix of what is left.
+        kids = sorted((c for c in topo.children[level][d] if sub.get((below, c), 0) > 0),
+                      key=lambda c: (-sub[(below, c)], c))
+        i = 0
         while k > 0:
-            holding = [c for c in kids if sub[(below, c)] >= k]
-            if holding:
-                walk(below, min(holding, key=lambda c: tightness(below, c)), k)
+            if sub[(below, kids[i])] >= k:
+                j = i
+                while j < len(kids) and sub[(below, kids[j])] >= k:
+                    j += 1
+                walk(below, min(kids[i:j], key=lambda c: tightness(below, c)), k)
                 return
-            roomiest = max(kids, key=lambda c: (sub[(below, c)], -c))
-            kids.remove(roomiest)
-            take = sub[(below, roomiest)]
-            walk(below, roomiest, take)
+            take = sub[(below, kids[i])]
+            walk(below, kids[i], take)
             k -= take
+            i += 1
 
     walk(fit.level, fit.domain, k)
     return out

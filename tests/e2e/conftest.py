@@ -8,8 +8,10 @@ an existing cluster instead (kind, say), in which case nothing is started or sto
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -132,8 +134,11 @@ def cluster() -> Iterator[Cluster]:
 @pytest.fixture
 def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace per test, deleted afterwards (without waiting)."""
-    name = "t-" + request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")[:40].strip("-")
-    name = f"{name}-{os.getpid() % 10000}"
+    # A DNS label: the test's name made safe and cut short, plus a digest of the full node id so
+    # that parametrised cases of one test never share a namespace.
+    safe = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]
+    name = f"t-{safe}-{digest}"
     cluster.kubectl("create", "namespace", name)
     cluster.wait_for("default service account", lambda: cluster.kubectl(
         "get", "serviceaccount", "default", "-n", name, check=False).returncode == 0)

@@ -44,6 +44,8 @@ def plain(value: Any) -> Any:
         return value.decode("utf-8", "replace").rstrip("\x00")
     if isinstance(value, (list, tuple)):
         return [plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)

@@ -224,6 +224,7 @@ def _links(index: int, value: Any, unknowns: _Unknowns) -> tuple[LinkReading, ..
         raise TypeError(f"expected a list of links, got {value!r}")
     active: list[LinkReading] = []
     errors: list[str] = []
+    unresolved: list[str] = []
     readable = 0
     for entry in value:
         state = entry.get("state")
@@ -238,16 +239,21 @@ def _links(index: int, value: Any, unknowns: _Unknowns) -> tuple[LinkReading, ..
         pci = entry.get("remotePci")
         bus = pci.get("busId") if isinstance(pci, dict) and not is_error(pci) else None
         kind = entry.get("remoteType")
+        kind = kind if isinstance(kind, int) and not isinstance(kind, bool) else None
+        # The far end is known from its type (an NVSwitch) or its PCI address (a GPU); without
+        # either the link's peer cannot be placed in the matrix.
+        if kind != NVLINK_REMOTE_SWITCH:
+            failed = next((v for v in (entry.get("remoteType"), pci) if is_error(v)), None)
+            if failed is not None and (kind is None or bus is None):
+                unresolved.append(describe_error(failed))
         active.append(
-            LinkReading(
-                link=_int(entry["link"]),
-                remote_bus_id=bus if isinstance(bus, str) else None,
-                remote_type=kind if isinstance(kind, int) and not isinstance(kind, bool) else None,
-            )
+            LinkReading(link=_int(entry["link"]), remote_bus_id=bus if isinstance(bus, str) else None, remote_type=kind)
         )
     if readable == 0 and errors:
         unknowns.add(f"gpu{index}.nvlink", f"{errors[0]} (all {len(errors)} links)")
         return None
+    if unresolved:
+        unknowns.add(f"gpu{index}.nvlinkPeers", f"{unresolved[0]} (remote end of {len(unresolved)} active links)")
     return tuple(active)
 
 

@@ -85,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(),
         format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
     )
+    # Every request at INFO would drown the decisions; failures still surface as WARNING.
+    for noisy in ("httpx2", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = settings_from_args(args)
     if settings.metrics_port:
         start_http_server(settings.metrics_port, registry=REGISTRY)

@@ -90,6 +90,7 @@ class Admission:
         *,
         master_port: int = DEFAULT_MASTER_PORT,
         clock: Clock = utcnow,
+        max_rounds: int = 8,
     ) -> None:
         self.cache = cache
         self.quota = quota
@@ -99,6 +100,9 @@ class Admission:
         self.clock = clock
         self._preempting: dict[str, frozenset[str]] = {}
         """Preemptor UID → UIDs of the victims it is waiting for."""
+        self._never: dict[str, int] = {}
+        """UID → generation of jobs found Unschedulable under the current queue tree."""
+        self.max_rounds = max_rounds
 
     # -- housekeeping before a cycle -------------------------------------------------------------
     def sync_queues(self) -> list[str]:
@@ -114,6 +118,7 @@ class Admission:
             # An admission is a fact even if a lowered quota would refuse it today: record, not admit.
             self.quota.record(job)
         self.cache.queues_changed = False
+        self._never.clear()
         return problems
 
     async def release_deleted(self) -> None:
@@ -125,26 +130,43 @@ class Admission:
 
     # -- the cycle -------------------------------------------------------------------------------
     async def run_cycle(self) -> list[Outcome]:
-        """One pass over the queue heads; returns what happened to each."""
+        """One pass over the queue heads; returns what happened to each.
+
+        BestEffortFIFO, as in Kueue: a head that cannot be admitted now steps aside for the next job
+        of its queue, for at most ``max_rounds`` rounds per cycle; a head that is preempting holds its
+        queue, so nobody behind it takes the GPUs it is freeing.
+        """
         if self.cache.queues_changed:
             self.sync_queues()
         await self.release_deleted()
         pending = self.cache.pending()
         self._export_queue_gauges(pending)
-        # (1) Order: heads of the leaf queues, fair share first.
-        with _timed("order"):
-            heads = self.quota.order(pending)
-        outcomes = []
-        for job in heads:
-            outcomes.append(await self.try_admit(job))
-        head_uids = {job.uid for job in heads}
-        for job in pending:
-            if job.uid not in head_uids and job.phase is Phase.PENDING:
+        # Jobs already found Unschedulable are not retried until the tree or the job changes.
+        candidates = [job for job in pending if self._never.get(job.uid) != job.generation]
+        outcomes: list[Outcome] = []
+        tried: set[str] = set()
+        held_queues: set[str] = set()
+        for _ in range(self.max_rounds):
+            # (1) Order: heads of the leaf queues, fair share first.
+            with _timed("order"):
+                heads = [
+                    job for job in self.quota.order(candidates) if job.uid not in tried and job.queue not in held_queues
+                ]
+            if not heads:
+                break
+            for job in heads:
+                outcome = await self.try_admit(job)
+                outcomes.append(outcome)
+                tried.add(job.uid)
+                if outcome.result == "Preempting" or "waiting for preempted gangs" in outcome.message:
+                    held_queues.add(job.queue)
+                if outcome.result == "Unschedulable":
+                    self._never[job.uid] = job.generation
+            candidates = [job for job in candidates if job.uid not in tried]
+        for job in candidates:
+            if job.phase is Phase.PENDING:
                 await self._mark_waiting(
-                    job,
-                    Phase.QUEUED,
-                    "WaitingInQueue",
-                    f"waiting in queue {job.queue} behind jobs admitted first",
+                    job, Phase.QUEUED, "WaitingInQueue", f"waiting in queue {job.queue} behind jobs admitted first"
                 )
         return outcomes
 

@@ -12,7 +12,7 @@ async def test_two_sixty_percent_gangs_one_runs_whole_other_waits_with_no_pods(j
     w.submit(job_body("first", replicas=6, gpus=8, created="2025-01-01T00:00:00Z"))
     w.submit(job_body("second", replicas=6, gpus=8, created="2025-01-01T00:00:01Z"))
     outcomes = await w.admission.run_cycle()
-    assert [o.result for o in outcomes] == ["Admitted"]
+    assert [(o.job, o.result) for o in outcomes] == [("team-a/first", "Admitted"), ("team-a/second", "Queued")]
     assert sorted(p["metadata"]["name"] for p in w.kube.pods()) == [f"first-{i}" for i in range(6)]
     status = w.last_status("team-a/first")
     assert status["phase"] == "Admitted"
@@ -117,3 +117,18 @@ async def test_deleted_job_gives_back_quota_and_reservation(job_body: Any, make_
     w.cache.remove_job(job.uid)
     await w.admission.run_cycle()
     assert w.quota.held == {} and w.placement.free == NODES
+
+
+async def test_unschedulable_or_refused_head_steps_aside_for_the_next_job(job_body: Any, make_world: Any) -> None:
+    w = make_world({"team-a": 32}, NODES)
+    w.submit(job_body("huge", replicas=8, gpus=8, created="2025-01-01T00:00:00Z"))
+    w.submit(job_body("small", replicas=1, gpus=8, created="2025-01-01T00:00:01Z"))
+    outcomes = await w.admission.run_cycle()
+    assert [(o.job, o.result) for o in outcomes] == [("team-a/huge", "Unschedulable"), ("team-a/small", "Admitted")]
+    # The Unschedulable job is not re-evaluated (no new writes) until the queue tree changes.
+    writes = len(w.kube.status["team-a/huge"])
+    assert await w.admission.run_cycle() == []
+    w.cache.upsert_queue({"metadata": {"name": "team-a"}, "spec": {"changed": True}})
+    outcomes = await w.admission.run_cycle()
+    assert [o.job for o in outcomes] == ["team-a/huge"]
+    assert len(w.kube.status["team-a/huge"]) == writes  # same verdict, same message: no write

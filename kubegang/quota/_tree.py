@@ -472,7 +472,7 @@ class QuotaTree:
                 return text + f" (borrowingLimit {lim.borrowing[flavor]}, {borrowed} borrowed)"
             return text + f" (borrowingLimit {lim.borrowing[flavor]} of queue {lim.name}, {borrowed} borrowed)"
         free = max(0, lim.quota[flavor] - lim.charged[flavor])
-        return text + f" ({free} of {lim.quota[flavor]} unused in {lim.name}'s tree)"
+        return text + f" ({free} unused of the {lim.quota[flavor]} shared in {lim.name}'s tree)"
 
 
 def _describe_potential(limit: _Limit, flavor: str, most: int) -> str:

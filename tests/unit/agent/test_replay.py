@@ -1,0 +1,142 @@
+"""Replay mode: dumps chosen by node annotation, fabric override, one process for many nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubegang.agent import FabricOverride, ReplayBackend, ReplayError, build_status, parse_dump, resolve_dump
+from kubegang.agent.__main__ import main
+from kubegang.agent._agent import Agent
+from kubegang.agent._kube import NodeInfo
+from kubegang.agent._metrics import AgentMetrics
+from kubegang.agent._settings import AgentSettings
+from kubegang.shapes import REPLAY_DUMP_ANNOTATION, REPLAY_FABRIC_ANNOTATION
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+RACK = "0f3e2d1c-b0a9-4887-a665-544332211000"
+
+
+def test_fabric_override_makes_any_tray_a_member_of_the_named_domain(fixtures_dir: Path) -> None:
+    path = resolve_dump(fixtures_dir, "gb200-degraded-fabric")
+    backend = ReplayBackend(path, FabricOverride.parse(f"{RACK}/17"))
+    status = build_status(parse_dump(backend.read()), now=NOW)
+    assert status.nvlink_domain is not None and status.nvlink_domain.id == f"{RACK}.17"
+    # The shared cached dump is untouched.
+    assert build_status(parse_dump(ReplayBackend(path).read()), now=NOW).nvlink_domain is None
+
+
+@pytest.mark.parametrize("text", ["", "abc/1", f"{RACK}", f"{RACK}/-1", f"{RACK}/x", f"{RACK}/4294967296"])
+def test_bad_fabric_override_names_the_format(text: str) -> None:
+    with pytest.raises(ReplayError, match="<clusterUuid>/<cliqueId>"):
+        FabricOverride.parse(text)
+
+
+@pytest.mark.parametrize("name", ["../etc/passwd", "a/b", "", ".hidden"])
+def test_dump_names_cannot_escape_the_directory(fixtures_dir: Path, name: str) -> None:
+    with pytest.raises(ReplayError, match="allowed are"):
+        resolve_dump(fixtures_dir, name)
+
+
+def test_missing_and_malformed_dumps_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ReplayError, match="no nope.nvml.json"):
+        resolve_dump(tmp_path, "nope")
+    (tmp_path / "bad.nvml.json").write_text(json.dumps({"devices": 3}))
+    with pytest.raises(ReplayError, match="not an NVML dump"):
+        ReplayBackend(resolve_dump(tmp_path, "bad"))
+
+
+class FakeCluster:
+    def __init__(self, nodes: list[NodeInfo]) -> None:
+        self.nodes = nodes
+        self.status: dict[str, Mapping[str, Any]] = {}
+        self.labels: dict[str, dict[str, str]] = {}
+
+    async def create_gpunode(self, name: str) -> None:
+        pass
+
+    async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self.status[name] = status
+
+    async def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        current = self.labels.setdefault(name, {})
+        current.update({k: v for k, v in labels.items() if v is not None})
+        for k in [k for k, v in labels.items() if v is None]:
+            current.pop(k, None)
+
+    async def list_nodes(self, selector: str) -> list[NodeInfo]:
+        assert selector == "type=kwok"
+        return list(self.nodes)
+
+
+def node(name: str, dump: str | None, fabric: str | None = None) -> NodeInfo:
+    annotations = {}
+    if dump:
+        annotations[REPLAY_DUMP_ANNOTATION] = dump
+    if fabric:
+        annotations[REPLAY_FABRIC_ANNOTATION] = fabric
+    return NodeInfo(name, annotations)
+
+
+async def wait_for(predicate: Any, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def test_one_process_serves_every_annotated_node(fixtures_dir: Path) -> None:
+    cluster = FakeCluster(
+        [
+            node("tray-0", "gb200-nvl72-tray", f"{RACK}/1"),
+            node("tray-1", "gb200-nvl72-tray", f"{RACK}/1"),
+            node("hgx-0", "hgx-h100-8gpu"),
+            node("plain", None),
+            node("broken", "gb200-nvl72-tray", "not-a-fabric"),
+        ]
+    )
+    settings = AgentSettings(replay_dir=fixtures_dir, nodes_from_label="type=kwok", poll_interval_s=0.05,
+                             resync_interval_s=1, metrics_port=0)  # fmt: skip
+    agent = Agent(settings, cluster, AgentMetrics())
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_for(lambda: set(cluster.labels) == {"tray-0", "tray-1", "hgx-0"})
+        assert cluster.labels["tray-0"]["kubegang.io/nvlink-domain"] == f"{RACK}.1"
+        assert cluster.labels["hgx-0"]["nvidia.com/gpu.count"] == "8"
+        assert "kubegang.io/nvlink-domain" not in cluster.labels["hgx-0"]
+        await wait_for(agent.healthy)
+
+        # A node leaves, another changes its fabric annotation.
+        cluster.nodes = [node("tray-0", "gb200-nvl72-tray", f"{RACK}/2"), node("hgx-0", "hgx-h100-8gpu")]
+        await wait_for(lambda: cluster.labels["tray-0"]["kubegang.io/nvlink-domain"] == f"{RACK}.2")
+        await wait_for(lambda: set(agent._served) == {"tray-0", "hgx-0"})
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert agent._served == {}
+
+
+def test_cli_help_and_print_once(fixtures_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0 and "--replay-dir" in capsys.readouterr().out
+
+    rc = main(["--once", "--print", "--replay-dir", str(fixtures_dir), "--replay-dump", "gb200-nvl72-tray",
+               "--replay-fabric", f"{RACK}/3", "--node-name", "tray-9"])  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out["gpunode"]["metadata"]["name"] == "tray-9" and out["gpunode"]["kind"] == "GPUNode"
+    assert out["gpunode"]["status"]["nvlinkDomain"]["id"] == f"{RACK}.3"
+    assert out["labels"]["nvidia.com/gpu.clique"] == f"{RACK}.3"
+
+
+def test_cli_refuses_bad_settings_with_a_message(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["--replay-dir", str(tmp_path), "--metrics-port", "0"]) == 2
+    assert "nodes_from_label" in capsys.readouterr().err
+    assert main(["--once", "--print", "--replay-dump", "x", "--replay-fabric", "zzz"]) == 2

@@ -188,3 +188,37 @@ def test_pop_order_follows_priority_then_share(used: list[int], data: st.DataObj
         popped.append((-job.priority, oracle_share(i)))
     assert len(popped) == n
     assert popped == sorted(popped, key=lambda p: (p[0], p[1]))  # priority dominates, then lower share
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ops=st.lists(st.tuples(st.sampled_from(["push", "pop", "park", "remove", "wake"]), st.integers(0, 9)), max_size=60)
+)
+def test_no_pending_job_is_lost_or_duplicated(ops: list[tuple[str, int]]) -> None:
+    tree = siblings([4, 4, 4], [1, 1, 1])
+    pending = PendingQueues(tree)
+    model: set[str] = set()
+    popped: list[str] = []
+    for op, n in ops:
+        job = PendingJob(f"j{n}", f"t{n % 3}", {H100: 1 + n % 2}, priority=n % 2, created=float(n))
+        if op == "push" and job.job_id not in model:
+            pending.push(job)
+            model.add(job.job_id)
+        elif op == "pop" and (head := pending.pop()) is not None:
+            model.remove(head.job_id)
+            popped.append(head.job_id)
+        elif op == "park" and (head := pending.pop()) is not None:
+            pending.requeue(head, inadmissible=True)
+        elif op == "remove":
+            assert (pending.remove(job.job_id) is not None) == (job.job_id in model)
+            model.discard(job.job_id)
+        elif op == "wake":
+            pending.wake()
+        assert len(pending) == len(model)
+        assert sum(pending.pending(q) for q in tree.leaves) == len(model)
+        assert all(j in pending for j in model)
+    pending.wake()
+    rest = []
+    while (head := pending.pop()) is not None:
+        rest.append(head.job_id)
+    assert sorted(rest) == sorted(model) and len(rest) == len(set(rest))

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubegang.quota import (
+    Candidate,
     FlavorQuota,
     Ok,
     PendingJob,
@@ -147,6 +148,23 @@ def check(tree: QuotaTree, oracle: Oracle) -> None:
             assert tree.can_admit(leaf, keep) == Ok(), (leaf, keep)
 
 
+def assert_allowed_by_policy(tree: QuotaTree, preemptor: PendingJob, candidates: list[Candidate]) -> None:
+    policy = tree.spec(preemptor.queue).preemption
+    needed = {f for f, v in preemptor.usage.items() if v}
+    assert len({c.job.job_id for c in candidates}) == len(candidates)
+    for c in candidates:
+        assert needed & {f for f, v in c.job.usage.items() if v}
+        if c.job.queue == preemptor.queue:
+            assert policy.within_queue is Within.LOWER_PRIORITY and c.job.priority < preemptor.priority
+            continue
+        lca = tree.lowest_common_ancestor(preemptor.queue, c.job.queue)
+        assert lca is not None
+        side = tree.path(c.job.queue)[tree.path(c.job.queue).index(lca) - 1]
+        assert needed & set(tree.borrowed(side)), (side, tree.borrowed(side))
+        if policy.reclaim_from_borrowers is Reclaim.NEVER or policy.reclaim_from_borrowers is Reclaim.LOWER_PRIORITY:
+            assert c.job.priority < preemptor.priority
+
+
 def forced_add_is_valid(oracle: Oracle, job_id: str, queue: str, usage: dict[str, int]) -> bool:
     oracle.jobs[job_id] = (queue, usage)
     try:
@@ -197,6 +215,7 @@ def test_invariants_hold_after_any_sequence(specs: list[QueueSpec], data: st.Dat
             )
             before = snapshot(tree)
             candidates = candidates_for(preemptor, tree, running.values())
+            assert_allowed_by_policy(tree, preemptor, candidates)
             chosen: list[str] = []
             for candidate in candidates:
                 if fits_after_eviction(tree, preemptor, chosen):

@@ -200,6 +200,11 @@ class ClusterFeed:
                 log.warning("watch on %s failed (%s); retrying in %.1fs", resource.name, exc, self.retry_seconds)
                 self.metrics.watch_restarts.labels(resource.name, "error").inc()
                 await asyncio.sleep(self.retry_seconds)
+            except Exception:
+                # A bug must not stop the ledger from following the cluster: log it loudly, go on.
+                log.exception("watch on %s: unexpected error; retrying in %.1fs", resource.name, self.retry_seconds)
+                self.metrics.watch_restarts.labels(resource.name, "error").inc()
+                await asyncio.sleep(self.retry_seconds)
 
     async def _retrying(self, call: Callable[[Resource], Any], resource: Resource) -> str:
         while True:

@@ -29,6 +29,8 @@ class FakeApi:
         path = request.url.path
         if params.get("watch"):
             self.watch_params.append(params)
+            if not self.streams:
+                return httpx2.Response(500, json={"kind": "Status", "code": 500})
             events = self.streams.pop(0)
             if events and events[0].get("status") == 410:
                 return httpx2.Response(410, json={"kind": "Status", "code": 410})

@@ -1,0 +1,71 @@
+"""``kubegang-extender``: the scheduler extender process (see docs/extender.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from kubegang.extender._runtime import run_extender
+from kubegang.extender._settings import ExtenderSettings
+
+
+def _parser() -> argparse.ArgumentParser:
+    defaults = {f.name: f.default for f in fields(ExtenderSettings)}
+    p = argparse.ArgumentParser(
+        prog="kubegang-extender",
+        description="kubegang scheduler extender: kube-scheduler verbs over HTTPS and the Placement "
+                    "gRPC service, both mTLS only; /healthz, /readyz and /metrics on a plain port.",
+    )
+    p.add_argument("--tls-cert", type=Path, required=True, help="server certificate (PEM)")
+    p.add_argument("--tls-key", type=Path, required=True, help="server private key (PEM)")
+    p.add_argument("--client-ca", type=Path, required=True, help="CA that client certificates must chain to")
+    p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster / $KUBECONFIG)")
+    p.add_argument("--https-address", default=defaults["https_address"])
+    p.add_argument("--https-port", type=int, default=defaults["https_port"], help="scheduler verbs port")
+    p.add_argument("--grpc-address", default=defaults["grpc_address"])
+    p.add_argument("--grpc-port", type=int, default=defaults["grpc_port"], help="Placement gRPC port")
+    p.add_argument("--health-address", default=defaults["health_address"])
+    p.add_argument("--health-port", type=int, default=defaults["health_port"], help="health/metrics port")
+    p.add_argument("--max-body-bytes", type=int, default=defaults["max_body_bytes"])
+    p.add_argument("--reservation-ttl-seconds", type=float, default=defaults["reservation_ttl_seconds"])
+    p.add_argument("--topology-preset", default=defaults["topology_preset"],
+                   help="node label preset for fabric levels (default, gke, aws, oci, nvidia)")
+    p.add_argument("--log-level", default=defaults["log_level"])
+    return p
+
+
+def settings_from_args(argv: list[str] | None = None) -> ExtenderSettings:
+    """Parse the command line into :class:`ExtenderSettings`."""
+    args = vars(_parser().parse_args(argv))
+    return ExtenderSettings(**args)
+
+
+async def _serve(settings: ExtenderSettings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with run_extender(settings):
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``kubegang-extender``."""
+    settings = settings_from_args(argv)
+    logging.basicConfig(level=settings.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    for path in (settings.tls_cert, settings.tls_key, settings.client_ca):
+        if not path.is_file():
+            print(f"kubegang-extender: {path} does not exist or is not a file", file=sys.stderr)
+            return 2
+    asyncio.run(_serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""Wires the extender together: ledger + watch feed + three listeners + housekeeping.
+
+Kept apart from ``__main__`` so tests and the local demo can start a whole extender in-process
+(``async with run_extender(settings, ...)``) against a given API client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx2
+
+from kubegang.extender._grpc import GrpcSite, serve_grpc, server_credentials
+from kubegang.extender._http import RunningSite, build_extender_app, build_health_app, serve
+from kubegang.extender._ledger import Ledger
+from kubegang.extender._metrics import ExtenderMetrics
+from kubegang.extender._settings import ExtenderSettings
+from kubegang.extender._watch import ClusterFeed, api_client
+from kubegang.tls import server_ssl_context
+from kubegang.topology import TopologyLabels
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningExtender:
+    """Handles of a started extender (bound ports are useful with port 0)."""
+
+    ledger: Ledger
+    """The ledger."""
+    metrics: ExtenderMetrics
+    """Its metrics."""
+    https: RunningSite
+    """kube-scheduler verbs listener."""
+    grpc: GrpcSite
+    """Placement listener."""
+    health: RunningSite
+    """Plain health/metrics listener."""
+
+
+def publish(ledger: Ledger, metrics: ExtenderMetrics) -> None:
+    """Refresh the ledger gauges."""
+    metrics.gpus.clear()
+    for product, states in ledger.gpu_totals().items():
+        for state, count in states.items():
+            metrics.gpus.labels(state, product).set(count)
+    metrics.reservations.set(ledger.reservation_count)
+
+
+async def _housekeeping(ledger: Ledger, metrics: ExtenderMetrics, every: float) -> None:
+    while True:
+        await asyncio.sleep(every)
+        try:
+            ledger.expire()
+            publish(ledger, metrics)
+        except Exception:
+            log.exception("housekeeping failed; continuing")
+
+
+@contextlib.asynccontextmanager
+async def run_extender(settings: ExtenderSettings,
+                       client: httpx2.AsyncClient | None = None) -> AsyncIterator[RunningExtender]:
+    """Start everything; on exit stop the listeners and the feed."""
+    metrics = ExtenderMetrics()
+    ledger = Ledger(labels=TopologyLabels.preset(settings.topology_preset))
+    client = client if client is not None else api_client(settings.kubeconfig)
+    feed = ClusterFeed(client, ledger, metrics)
+    ssl_ctx = server_ssl_context(settings.tls_cert, settings.tls_key, settings.client_ca)
+    https = await serve(build_extender_app(ledger, metrics, max_body_bytes=settings.max_body_bytes),
+                        settings.https_address, settings.https_port, ssl_ctx)
+    grpc_site = await serve_grpc(ledger, metrics, f"{settings.grpc_address}:{settings.grpc_port}",
+                                 server_credentials(settings.tls_cert, settings.tls_key, settings.client_ca),
+                                 default_ttl_seconds=settings.reservation_ttl_seconds)
+    health = await serve(build_health_app(metrics, lambda: ledger.synced),
+                         settings.health_address, settings.health_port)
+    tasks = [asyncio.create_task(feed.run(), name="watch-feed"),
+             asyncio.create_task(_housekeeping(ledger, metrics, settings.housekeeping_seconds),
+                                 name="housekeeping")]
+    log.info("extender listening: https %s, grpc %s, health %s", https.port, grpc_site.port, health.port)
+    try:
+        yield RunningExtender(ledger, metrics, https, grpc_site, health)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await grpc_site.close()
+        await https.close()
+        await health.close()
+        await client.aclose()

@@ -1,0 +1,45 @@
+"""Settings of the extender process: one dataclass, filled from the command line (``__main__``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubegang.extender._grpc import DEFAULT_RESERVE_TTL_SECONDS
+from kubegang.extender._http import DEFAULT_MAX_BODY_BYTES
+
+
+@dataclass(frozen=True)
+class ExtenderSettings:
+    """Everything the extender needs to run; defaults match the Helm chart."""
+
+    tls_cert: Path
+    """Server certificate (PEM) for both mTLS listeners."""
+    tls_key: Path
+    """Its private key (PEM)."""
+    client_ca: Path
+    """CA that client certificates (kube-scheduler, operator) must chain to."""
+    kubeconfig: str | None = None
+    """kubeconfig path; None = in-cluster service account (or $KUBECONFIG)."""
+    https_address: str = "0.0.0.0"
+    """Address of the kube-scheduler verbs listener (HTTPS, mTLS)."""
+    https_port: int = 8443
+    """Port of the kube-scheduler verbs listener."""
+    grpc_address: str = "0.0.0.0"
+    """Address of the Placement gRPC listener (mTLS)."""
+    grpc_port: int = 9443
+    """Port of the Placement gRPC listener."""
+    health_address: str = "0.0.0.0"
+    """Address of the plain /healthz, /readyz and /metrics listener."""
+    health_port: int = 8080
+    """Port of the plain listener."""
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Largest extender request body accepted (413 above)."""
+    reservation_ttl_seconds: float = DEFAULT_RESERVE_TTL_SECONDS
+    """TTL of a gang reservation when Reserve gives none."""
+    housekeeping_seconds: float = 1.0
+    """How often reservations are expired and ledger gauges refreshed."""
+    topology_preset: str = "default"
+    """Which node labels name leaf/spine/block (``kubegang.topology.PRESETS``)."""
+    log_level: str = "INFO"
+    """Python logging level."""

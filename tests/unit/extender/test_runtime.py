@@ -1,0 +1,51 @@
+"""A whole extender in-process (scripted API server): ready after sync, both APIs answer from the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import httpx2
+import pytest
+
+from kubegang.extender import ExtenderSettings, PlacementClient, run_extender
+from kubegang.extender.__main__ import settings_from_args
+from kubegang.placement import GangRequest, Placement
+from kubegang.tls import PemPaths, client_ssl_context
+
+from .test_watch import FakeApi  # type: ignore[import-not-found]
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_extender_serves_filter_and_plan_from_the_watched_cluster(pki: PemPaths) -> None:
+    api = FakeApi()
+    api.streams = []
+    settings = ExtenderSettings(tls_cert=pki.server_cert, tls_key=pki.server_key, client_ca=pki.ca_cert,
+                                https_address="127.0.0.1", https_port=0, grpc_address="127.0.0.1",
+                                grpc_port=0, health_address="127.0.0.1", health_port=0,
+                                housekeeping_seconds=0.05)
+    client = httpx2.AsyncClient(transport=httpx2.MockTransport(api.handler), base_url="https://api")
+    async with run_extender(settings, client) as ext:
+        for _ in range(100):
+            if ext.ledger.synced:
+                break
+            await asyncio.sleep(0.02)
+        async with aiohttp.ClientSession() as s:
+            async with s.get(f"http://127.0.0.1:{ext.health.port}/readyz") as resp:
+                assert resp.status == 200
+            body = {"Pod": {"metadata": {"uid": "q"}, "spec": {"containers": [
+                {"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}, "NodeNames": ["n0"]}
+            ctx = client_ssl_context(pki.ca_cert, pki.client_cert, pki.client_key)
+            async with s.post(f"https://127.0.0.1:{ext.https.port}/filter", json=body, ssl=ctx) as resp:
+                result = await resp.json()
+        assert result["NodeNames"] == []
+        assert "n0" in result["FailedNodes"]  # the listed pod holds all 8 GPUs of n0
+        async with PlacementClient.from_files(f"127.0.0.1:{ext.grpc.port}", pki.ca_cert, pki.client_cert,
+                                              pki.client_key) as placement:
+            out = await placement.plan(GangRequest(id="j", pods=1, gpus_per_pod=8))
+        assert not isinstance(out, Placement)
+        assert "8" in out.reason
+
+
+def test_settings_from_the_command_line() -> None:
+    s = settings_from_args(["--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca", "--https-port", "1"])
+    assert (s.https_port, s.grpc_port, str(s.client_ca)) == (1, 9443, "ca")

@@ -15,6 +15,7 @@ from kubegang.tls import PemPaths, client_ssl_context
 
 from .test_watch import FakeApi  # type: ignore[import-not-found]
 
+
 @pytest.mark.asyncio(loop_scope="session")
 async def test_extender_serves_filter_and_plan_from_the_watched_cluster(pki: PemPaths) -> None:
     api = FakeApi()

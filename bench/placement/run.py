@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kubegang.levels import Level
-from kubegang.placement import Allocation, GangRequest, Placement, Snapshot, fill_random, largest_placeable, plan
+from kubegang.placement import GangRequest, Placement, Snapshot, fill_random, largest_placeable, plan
 from kubegang.preemption import Candidate, plan_preemption
 from kubegang.topology import compile_index, uniform_fabric
 

@@ -112,7 +112,7 @@ class PendingQueues:
         if queue is None:
             woken = list(self._parked.values())
         else:
-            root = self.tree.path(queue)[-1]
+            root = self._root(queue)
             woken = [j for j in self._parked.values() if self._root(j.queue) == root]
         for job in woken:
             del self._parked[job.job_id]

@@ -205,6 +205,11 @@ class QuotaTree:
     def jobs(self) -> list[str]:
         return list(self._jobs)
 
+    def jobs_in(self, queue: str) -> list[str]:
+        """Admitted jobs of the queue's subtree (for the GPUQueue status's admitted count)."""
+        node = self._node(queue)
+        return [job_id for job_id, (leaf, _) in self._jobs.items() if node in leaf.path]
+
     # -- deciding ---------------------------------------------------------------------------------
 
     def can_ever_fit(self, queue: str, usage: Mapping[str, int]) -> Ok | Unschedulable:

@@ -127,6 +127,16 @@ def test_requeue_keeps_the_place_and_parking_waits_for_wake() -> None:
     assert pending.peek().job_id == "a1"  # type: ignore[union-attr]
 
 
+def test_wake_reaches_only_the_same_tree() -> None:
+    tree = QuotaTree([QueueSpec("r1"), QueueSpec("a", parent="r1"), QueueSpec("r2"), QueueSpec("b", parent="r2")])
+    pending = PendingQueues(tree)
+    pending.requeue(PendingJob("pa", "a", {H100: 1}), inadmissible=True)
+    pending.requeue(PendingJob("pb", "b", {H100: 1}), inadmissible=True)
+    pending.requeue(PendingJob("px", "gone", {H100: 1}), inadmissible=True)
+    assert pending.wake("a") == 1 and [j.job_id for j in pending.parked()] == ["pb", "px"]
+    assert pending.wake("gone") == 1 and [j.job_id for j in pending.parked()] == ["pb"]
+
+
 def test_remove_forgets_live_and_parked_jobs() -> None:
     tree = siblings([4], [1])
     pending = PendingQueues(tree)

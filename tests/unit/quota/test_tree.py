@@ -200,3 +200,5 @@ def test_status_reports_usage_borrowed_and_share() -> None:
     assert status.usage == {H100: 12} and status.borrowed == {H100: 4} and status.quota == {H100: 8}
     assert status.fair_share == pytest.approx(4 / 16)
     assert tree.status("team-b").fair_share == 0.0
+    tree.admit("b1", "team-b", {H100: 1})
+    assert tree.jobs_in("org") == ["a1", "b1"] and tree.jobs_in("team-b") == ["b1"]

@@ -105,12 +105,12 @@ def main() -> int:
         _churn(snapshot, rng, background, 1, update_ns)
     update = _percentiles(update_ns)
 
-    # Preemption: a 64 x 8 gang that needs one leaf, with every background pod a candidate.
+    # Preemption: a 16 x 8 gang that needs one leaf, with every background pod a candidate.
     candidates = [Candidate(o, priority=0, start_time=float(i)) for i, o in enumerate(background)]
     gang = GangRequest("preemptor", pods=16, gpus_per_pod=8, required_level=Level.LEAF)
-    t0 = time.perf_counter()
+    started = time.perf_counter()
     preemption = plan_preemption(gang, snapshot, candidates)
-    preempt_s = time.perf_counter() - t0
+    preempt_s = time.perf_counter() - started
 
     results = {
         "fabric": {"nodes": NODES, "gpus": NODES * GPUS, "leaf_size": 32, "leaves_per_spine": 8,

@@ -1,0 +1,54 @@
+"""A trace-driven discrete-event simulator over kubegang's production core.
+
+Public API::
+
+    load_cluster(name_or_path, limit=None) -> Cluster     a shape from hack/shapes, compiled
+    GangWorkload, generate(...) -> list[Job]              multi-node gang workloads (documented)
+    Policy, Step, simulate(policy, cluster, jobs)         the engine
+    KubegangPolicy, DefaultSchedulerModel,
+    GangBinpackModel, SlurmTreeModel                      the four policies compared
+    POLICIES                                              name -> factory
+    openb: load_tasks, inflate, replay, OPENB_POLICIES    the FGD paper's workload-inflation experiment
+"""
+
+from collections.abc import Callable
+
+from ._baselines import RENDEZVOUS_TIMEOUT_S, DefaultSchedulerModel, GangBinpackModel, SlurmTreeModel
+from ._cluster import Cluster, load_cluster, shape_nodes
+from ._engine import Policy, RunResult, Step, simulate
+from ._kubegang import KubegangPolicy
+from ._metrics import RunMetrics, gang_request, percentile
+from ._workload import KALOS_SIZES, PHILLY_SIZES, GangWorkload, Job, generate, size_stats
+
+POLICIES: dict[str, Callable[[], Policy]] = {
+    "kubegang": KubegangPolicy,
+    "default-scheduler": DefaultSchedulerModel,
+    "gang-binpack": GangBinpackModel,
+    "slurm-tree": SlurmTreeModel,
+}
+"""The policies compared on gang workloads, by name."""
+
+__all__ = [
+    "KALOS_SIZES",
+    "PHILLY_SIZES",
+    "POLICIES",
+    "RENDEZVOUS_TIMEOUT_S",
+    "Cluster",
+    "DefaultSchedulerModel",
+    "GangBinpackModel",
+    "GangWorkload",
+    "Job",
+    "KubegangPolicy",
+    "Policy",
+    "RunMetrics",
+    "RunResult",
+    "SlurmTreeModel",
+    "Step",
+    "gang_request",
+    "generate",
+    "load_cluster",
+    "percentile",
+    "shape_nodes",
+    "simulate",
+    "size_stats",
+]

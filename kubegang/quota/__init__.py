@@ -14,7 +14,7 @@ from kubegang.quota._candidates import (
 )
 from kubegang.quota._decision import Decision, Ok, Refusal, Shortfall, Unschedulable
 from kubegang.quota._fairshare import dominant_share, share_path
-from kubegang.quota._pending import PendingJob, PendingQueues
+from kubegang.quota._pending import PendingJob, PendingQueues, admission_order
 from kubegang.quota._spec import (
     BorrowWithinParent,
     FlavorQuota,
@@ -50,6 +50,7 @@ __all__ = [
     "SpecProblem",
     "Unschedulable",
     "WithinQueue",
+    "admission_order",
     "candidates_for",
     "dominant_share",
     "fits_after_eviction",

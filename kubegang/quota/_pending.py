@@ -15,7 +15,7 @@ import heapq
 import itertools
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from kubegang.quota._fairshare import share_path
@@ -35,6 +35,28 @@ class PendingJob:
     """Higher goes first, before fair share is considered."""
     created: float = 0.0
     """Creation time (seconds, any epoch): FIFO among equals."""
+
+
+def admission_order(tree: QuotaTree, jobs: Iterable[PendingJob]) -> list[PendingJob]:
+    """The head of each leaf queue among ``jobs``, in admission order, without keeping state.
+
+    For callers that rebuild the pending set every cycle from a cache; ``PendingQueues`` does the
+    same incrementally.
+    """
+    heads: dict[str, PendingJob] = {}
+    for job in jobs:
+        best = heads.get(job.queue)
+        if best is None or (-job.priority, job.created, job.job_id) < (-best.priority, best.created, best.job_id):
+            heads[job.queue] = job
+
+    def key(job: PendingJob) -> tuple[int, tuple[float, ...], float, str]:
+        try:
+            shares = share_path(tree, job.queue, job.usage)
+        except KeyError:
+            shares = (math.inf,)
+        return (-job.priority, shares, job.created, job.job_id)
+
+    return sorted(heads.values(), key=key)
 
 
 _Entry = tuple[int, float, int, str]  # (-priority, created, sequence, job id)

@@ -12,6 +12,7 @@ from kubegang.quota import (
     PendingQueues,
     QueueSpec,
     QuotaTree,
+    admission_order,
     dominant_share,
     share_path,
 )
@@ -135,6 +136,23 @@ def test_wake_reaches_only_the_same_tree() -> None:
     pending.requeue(PendingJob("px", "gone", {H100: 1}), inadmissible=True)
     assert pending.wake("a") == 1 and [j.job_id for j in pending.parked()] == ["pb", "px"]
     assert pending.wake("gone") == 1 and [j.job_id for j in pending.parked()] == ["pb"]
+
+
+def test_admission_order_without_state_matches_pending_queues() -> None:
+    tree = siblings([4, 4, 4], [1, 1, 1], root=24)
+    tree.admit("x0", "t0", {H100: 12})
+    tree.admit("x1", "t1", {H100: 6})
+    jobs = [
+        PendingJob("a", "t0", {H100: 1}, created=0),
+        PendingJob("b", "t1", {H100: 1}, created=1),
+        PendingJob("c", "t2", {H100: 1}, created=2),
+        PendingJob("d", "t2", {H100: 1}, created=3, priority=1),
+        PendingJob("e", "t1", {H100: 1}, created=0.5),
+    ]
+    pending = PendingQueues(tree)
+    for job in jobs:
+        pending.push(job)
+    assert [j.job_id for j in admission_order(tree, jobs)] == [j.job_id for j in pending.heads()] == ["d", "e", "a"]
 
 
 def test_remove_forgets_live_and_parked_jobs() -> None:

@@ -116,15 +116,14 @@ def _timed(verb: str, handler: _Handler) -> _Handler:
     return wrapper
 
 
-async def _filter(request: web.Request) -> web.StreamResponse:
-    args = await _read_model(request, ExtenderArgs)
+def filter_answer(authority: SchedulerAuthority, args: ExtenderArgs) -> dict[str, Any]:
+    """The ``ExtenderFilterResult`` for ``args`` (server-side work of ``filter``, minus I/O)."""
     try:
         pod = pod_demand(args.pod)
     except DemandError as exc:
         # 200 with Error: kube-scheduler shows this message on the pod, a 4xx would hide it.
-        return _json_response(ExtenderFilterResult(error=str(exc)).to_wire())
-    names = args.candidate_names()
-    verdict = request.app[_AUTHORITY].filter(pod, names)
+        return ExtenderFilterResult(error=str(exc)).to_wire()
+    verdict = authority.filter(pod, args.candidate_names())
     result: dict[str, Any] = {
         "FailedNodes": verdict.failed,
         "FailedAndUnresolvableNodes": verdict.unresolvable,
@@ -134,22 +133,31 @@ async def _filter(request: web.Request) -> web.StreamResponse:
         result["Nodes"] = args.nodes.keep(set(verdict.passed)).model_dump(mode="json", by_alias=True)
     else:
         result["NodeNames"] = verdict.passed
-    return _json_response(result)
+    return result
 
 
-async def _prioritize(request: web.Request) -> web.StreamResponse:
-    args = await _read_model(request, ExtenderArgs)
+def prioritize_answer(authority: SchedulerAuthority, args: ExtenderArgs) -> list[dict[str, Any]]:
+    """The ``HostPriorityList`` for ``args``; BadRequest for a pod that cannot be read."""
     try:
         pod = pod_demand(args.pod)
     except DemandError as exc:
         raise BadRequest(400, "bad_request", str(exc)) from None
-    scores = request.app[_AUTHORITY].prioritize(pod, args.candidate_names())
     out = []
-    for host, score in scores:
+    for host, score in authority.prioritize(pod, args.candidate_names()):
         if not MIN_EXTENDER_PRIORITY <= score <= MAX_EXTENDER_PRIORITY:
             raise ValueError(f"authority scored {host} {score}, outside 0..10")
         out.append({"Host": host, "Score": score})
-    return _json_response(out)
+    return out
+
+
+async def _filter(request: web.Request) -> web.StreamResponse:
+    args = await _read_model(request, ExtenderArgs)
+    return _json_response(filter_answer(request.app[_AUTHORITY], args))
+
+
+async def _prioritize(request: web.Request) -> web.StreamResponse:
+    args = await _read_model(request, ExtenderArgs)
+    return _json_response(prioritize_answer(request.app[_AUTHORITY], args))
 
 
 async def _preempt(request: web.Request) -> web.StreamResponse:

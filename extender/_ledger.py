@@ -47,6 +47,7 @@ from kubegang.placement import (
     Snapshot,
     Unplaceable,
     feasible_nodes,
+    node_reason,
     node_scores,
     plan,
 )
@@ -63,6 +64,7 @@ from kubegang.topology import (
 log = logging.getLogger(__name__)
 
 _TERMINAL_PHASES = ("Succeeded", "Failed")
+_HARD_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,9 @@ class Ledger:
         """Pod uid -> why its GPUs could not be recorded (overcommitted node, unknown node)."""
         self._topology: TopologyIndex = compile_index([], self._labels)
         self._snapshot = Snapshot(self._topology)
+        self._simple: list[bool] = []
+        """Per node number: no hard taint and not cordoned (the filter's fast path applies)."""
+        self._max_pods: list[int] = []
         self._dirty = False
         self.synced = False
         """True once the watches listed everything (readiness)."""
@@ -237,11 +242,7 @@ class Ledger:
             return FilterVerdict(passed=list(nodes))
         if pod.pinned_node is not None:
             return self._filter_pinned(snap, pod, nodes)
-        passed, failed = feasible_nodes(self._pod_gang(pod), snap, nodes)
-        unresolvable = {n: r for n, r in failed.items() if r == UNKNOWN_NODE}
-        for n in unresolvable:
-            del failed[n]
-        return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable)
+        return self._filter_plain(snap, self._pod_gang(pod), nodes)
 
     def prioritize(self, pod: PodDemand, nodes: Sequence[str]) -> list[tuple[str, int]]:
         """See :class:`SchedulerAuthority`."""
@@ -439,6 +440,55 @@ class Ledger:
         return GangRequest(id=f"pod/{pod.uid or pod.key}", pods=1, gpus_per_pod=max(pod.gpus, 1),
                            tolerations=pod.tolerations)
 
+    def _filter_plain(self, snap: Snapshot, gang: GangRequest, nodes: Sequence[str]) -> FilterVerdict:
+        """``feasible_nodes`` with a fast path, same answers (a property test checks it).
+
+        On a node without hard taints or cordon, a whole-GPU pod without CPU/memory demands fits iff
+        enough GPUs are free and the pod limit is not reached, and when it does not fit for lack of
+        GPUs its reason depends only on (free, total): computed once by the core, then reused. That
+        keeps ``filter`` at 5,000 nodes to one dict lookup and two comparisons per node.
+        """
+        cap = snap.capacity.get(gang.flavour)
+        if cap is None or gang.cpu_milli or gang.memory_mib or gang.fractional:
+            return self._filter_core(snap, gang, nodes)
+        get, simple, max_pods = self._topology.node_number.get, self._simple, self._max_pods
+        free, total, used, need = cap.free, cap.total, snap.pods_used, gang.gpus_per_pod
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        memo: dict[tuple[int, int], str] = {}
+        append = passed.append
+        for name in nodes:
+            n = get(name)
+            if n is None:
+                unresolvable[name] = UNKNOWN_NODE
+                continue
+            ordinary = simple[n] and (not max_pods[n] or used[n] < max_pods[n])
+            if ordinary and free[n] >= need:
+                append(name)
+                continue
+            if ordinary:
+                key = (free[n], total[n])
+                reason = memo.get(key)
+                if reason is None:
+                    reason = memo[key] = node_reason(snap, n, gang) or ""
+            else:
+                reason = node_reason(snap, n, gang) or ""
+            if reason:
+                failed[name] = reason
+            else:
+                append(name)
+        return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable)
+
+    @staticmethod
+    def _filter_core(snap: Snapshot, gang: GangRequest, nodes: Sequence[str]) -> FilterVerdict:
+        """The core's ``feasible_nodes``, unknown nodes moved to the unresolvable map."""
+        ok, failed = feasible_nodes(gang, snap, nodes)
+        unknown = {name: reason for name, reason in failed.items() if reason == UNKNOWN_NODE}
+        for name in unknown:
+            del failed[name]
+        return FilterVerdict(passed=ok, failed=failed, unresolvable=unknown)
+
     def _filter_pinned(self, snap: Snapshot, pod: PodDemand, nodes: Sequence[str]) -> FilterVerdict:
         target = pod.pinned_node or ""
         passed: list[str] = []
@@ -571,6 +621,9 @@ class Ledger:
         for held in sorted(guessed, key=lambda h: (h.bound is False, h.uid)):
             self._try_allocate(snap, held)
         self._snapshot = snap
+        self._simple = [not node.unschedulable and not any(t.effect in _HARD_EFFECTS for t in node.taints)
+                        for node in self._topology.nodes]
+        self._max_pods = [node.max_pods for node in self._topology.nodes]
         self._dirty = False
 
     def _try_allocate(self, snap: Snapshot, held: HeldPod) -> None:

@@ -261,3 +261,25 @@ def test_no_gpu_is_ever_held_twice_and_a_restart_agrees(ops: list[tuple[str, int
         fresh = Ledger()
         fresh.replace_all([node(f"n{i}", 8, leaf=f"leaf-{i // 2}") for i in range(4)], {}, list(pods.values()))
         assert free(fresh) == free(ledger)
+
+
+@settings(max_examples=40, deadline=None)
+@given(load=st.lists(st.tuples(st.integers(0, 5), st.integers(1, 8)), max_size=20),
+       need=st.integers(1, 8), cordon=st.integers(0, 5), taint=st.integers(0, 5))
+def test_fast_filter_agrees_with_the_core(load: list[tuple[int, int]], need: int, cordon: int, taint: int) -> None:
+    from kubegang.placement import feasible_nodes
+
+    ledger = make(6)
+    cordoned = node(f"n{cordon}", 8, leaf=f"leaf-{cordon // 2}")
+    cordoned["spec"]["unschedulable"] = True
+    ledger.upsert_node(cordoned)
+    tainted = node(f"n{taint}", 8, leaf=f"leaf-{taint // 2}")
+    tainted["spec"]["taints"] = [{"key": "gpu", "effect": "NoSchedule"}]
+    ledger.upsert_node(tainted)
+    for i, (n, gpus) in enumerate(load):
+        ledger.upsert_pod(pod(f"p{i}", gpus, node_name=f"n{n}"))
+    names = [f"n{i}" for i in range(7)]
+    verdict = ledger.filter(demand(need), names)
+    ok, failed = feasible_nodes(GangRequest(id="pod/x", pods=1, gpus_per_pod=need), ledger._current(), names)
+    assert verdict.passed == ok
+    assert {**verdict.failed, **verdict.unresolvable} == failed

@@ -1,0 +1,91 @@
+{{/* Names, labels and the small pieces every template shares. */}}
+
+{{- define "kubegang.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kubegang.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else if contains (include "kubegang.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "kubegang.name" .) | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The agent's ServiceAccount: a fixed name, because agent/policy/own-node-only.yaml matches it. */}}
+{{- define "kubegang.agentServiceAccount" -}}kubegang-agent{{- end -}}
+
+{{/* Name of one component's objects: <fullname>-<component>. */}}
+{{- define "kubegang.component" -}}
+{{- printf "%s-%s" (include "kubegang.fullname" .root) .component -}}
+{{- end -}}
+
+{{- define "kubegang.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "kubegang.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubegang
+{{- end -}}
+
+{{/* Selector labels of one component: call with (dict "root" $ "component" "operator"). */}}
+{{- define "kubegang.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubegang.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "kubegang.componentLabels" -}}
+{{ include "kubegang.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "kubegang.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The extender's in-cluster DNS name (what its server certificate names). */}}
+{{- define "kubegang.extenderHost" -}}
+{{- printf "%s.%s.svc" (include "kubegang.component" (dict "root" . "component" "extender")) .Release.Namespace -}}
+{{- end -}}
+
+{{- define "kubegang.extenderTlsSecret" -}}
+{{- include "kubegang.component" (dict "root" . "component" "extender-tls") -}}
+{{- end -}}
+
+{{- define "kubegang.clientTlsSecret" -}}
+{{- include "kubegang.component" (dict "root" . "component" "client-tls") -}}
+{{- end -}}
+
+{{/* Where every component finds its certificate (kubernetes.io/tls layout, as cert-manager writes it). */}}
+{{- define "kubegang.tlsDir" -}}/etc/kubegang/tls{{- end -}}
+
+{{- define "kubegang.podSecurityContext" -}}
+{{- toYaml .Values.securityContext.pod -}}
+{{- end -}}
+
+{{- define "kubegang.containerSecurityContext" -}}
+{{- toYaml .Values.securityContext.container -}}
+{{- end -}}
+
+{{/* Scheduling knobs shared by every workload: call with the component's values. */}}
+{{- define "kubegang.scheduling" -}}
+{{- with .nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- end -}}

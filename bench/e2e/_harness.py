@@ -1,0 +1,247 @@
+"""The two halves of the benchmark on one control plane: the burst through kubegang, and the same pods
+as plain pods through kube-scheduler alone.
+
+Each half: a fresh namespace, list+watch started, ``kubectl apply`` of the burst in parallel files,
+wait until everything runs (or the timeout), audit GPU commitments per node, record CPU and memory
+of the cluster's processes over the window, then delete what it made and wait until the GPUs are free.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.e2e import _kube as kube
+from bench.e2e import _procstats as procstats
+from bench.e2e._record import FINISHED, Recorder, rate
+from bench.e2e._workload import (
+    GPU,
+    BenchJob,
+    baseline_order,
+    deal,
+    gpujob_manifest,
+    queue_tree,
+)
+
+GPUJOBS = "/apis/kubegang.io/v1alpha1/namespaces/{ns}/gpujobs"
+PODS = "/api/v1/namespaces/{ns}/pods"
+PLANNED_NODE = "kubegang.io/node"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The control plane to run on: its kubeconfig, the folder hack/cluster keeps it in, kubectl."""
+
+    kubeconfig: Path
+    cluster_dir: Path
+    kubectl: str
+
+    @property
+    def api(self) -> kube.Api:
+        return kube.Api.from_kubeconfig(self.kubeconfig)
+
+
+@dataclass(frozen=True)
+class HalfSettings:
+    appliers: int = 4
+    """Parallel ``kubectl apply`` processes, each with one multi-document file."""
+    timeout_s: float = 600.0
+    """Give up waiting for everything to run after this long (the result says it is incomplete)."""
+
+
+# -- capacity and audit ---------------------------------------------------------------------------
+
+def gpu_nodes(target: Target) -> dict[str, int]:
+    """Allocatable GPUs of every node that has any."""
+    nodes, _ = kube.list_items(target.api, "/api/v1/nodes")
+    out = {}
+    for n in nodes:
+        gpus = int(n.get("status", {}).get("allocatable", {}).get(GPU, "0") or 0)
+        if gpus:
+            out[n["metadata"]["name"]] = gpus
+    return out
+
+
+def gpu_product(target: Target) -> str:
+    nodes, _ = kube.list_items(target.api, "/api/v1/nodes", {"labelSelector": "nvidia.com/gpu.present=true"})
+    products = sorted({n["metadata"]["labels"].get("nvidia.com/gpu.product", "") for n in nodes} - {""})
+    return products[0] if len(products) == 1 else "default"
+
+
+def pod_gpus(pod: dict[str, Any]) -> int:
+    total = 0
+    for c in pod.get("spec", {}).get("containers", []):
+        res = c.get("resources", {})
+        total += int(res.get("requests", {}).get(GPU) or res.get("limits", {}).get(GPU) or 0)
+    return total
+
+
+def audit(target: Target, namespace: str | None = None) -> dict[str, Any]:
+    """GPU requests of every pod that holds its node (bound, not finished), summed per node, against
+    allocatable; and, for kubegang's pods, whether each landed on the node it was planned on."""
+    capacity = gpu_nodes(target)
+    pods, _ = kube.list_items(target.api, "/api/v1/pods")
+    used: dict[str, int] = {}
+    off_plan: list[str] = []
+    for p in pods:
+        node = p.get("spec", {}).get("nodeName")
+        if not node or p.get("status", {}).get("phase") in FINISHED:
+            continue
+        used[node] = used.get(node, 0) + pod_gpus(p)
+        planned = (p["metadata"].get("annotations") or {}).get(PLANNED_NODE)
+        if planned and planned != node and (namespace is None or p["metadata"]["namespace"] == namespace):
+            off_plan.append(f"{p['metadata']['namespace']}/{p['metadata']['name']} on {node}, planned {planned}")
+    over = {n: f"{u} > {capacity.get(n, 0)}" for n, u in sorted(used.items()) if u > capacity.get(n, 0)}
+    return {"nodes_with_gpus": len(used), "gpus_in_use": sum(used.values()), "overcommitted_nodes": over,
+            "pods_off_plan": off_plan[:20], "pods_off_plan_count": len(off_plan)}
+
+
+# -- one half -------------------------------------------------------------------------------------
+
+def _own_cpu() -> tuple[float, float]:
+    """CPU seconds of this harness (watch threads) and of the kubectl processes it has waited for."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def _client_cpu(start: tuple[float, float]) -> dict[str, float]:
+    end = _own_cpu()
+    return {"harness_cpu_seconds": round(end[0] - start[0], 2), "kubectl_cpu_seconds": round(end[1] - start[1], 2)}
+
+
+def _ensure_namespace(target: Target, name: str) -> None:
+    kube.kubectl(target.kubectl, target.kubeconfig, "create", "namespace", name)
+    kube.wait_until(f"service account default in {name}", lambda: _exists(target, f"/api/v1/namespaces/{name}"
+                                                                              "/serviceaccounts/default"), 60)
+
+
+def _exists(target: Target, path: str) -> bool:
+    with target.api.client() as c:
+        return c.get(path).status_code == 200
+
+
+def _pods_left(target: Target, namespace: str) -> int:
+    items, _ = kube.list_items(target.api, PODS.format(ns=namespace))
+    return len(items)
+
+
+def cleanup(target: Target, namespace: str, gpujobs: bool, timeout: float = 300) -> float:
+    """Delete jobs (first, so nothing recreates pods), pods and the namespace; wait until no pod is left."""
+    t0 = time.monotonic()
+    if gpujobs:
+        kube.delete_collection(target.api, GPUJOBS.format(ns=namespace))
+    kube.delete_collection(target.api, PODS.format(ns=namespace))
+    kube.wait_until(f"pods of {namespace} deleted", lambda: _pods_left(target, namespace) == 0, timeout, 1.0)
+    kube.kubectl(target.kubectl, target.kubeconfig, "delete", "namespace", namespace, "--wait=false")
+    return round(time.monotonic() - t0, 1)
+
+
+def _await(what: str, done: Any, timeout: float) -> bool:
+    try:
+        kube.wait_until(what, done, timeout, 0.25)
+        return True
+    except TimeoutError:
+        return False
+
+
+def run_plain(target: Target, jobs: Sequence[BenchJob], namespace: str, settings: HalfSettings) -> dict[str, Any]:
+    """Baseline: every pod of every job as a plain pod for the default scheduler, largest first."""
+    docs = baseline_order(jobs, namespace)
+    _ensure_namespace(target, namespace)
+    before, own = procstats.sample_cluster(target.cluster_dir), _own_cpu()
+    rec = Recorder(time.monotonic())
+    watch = kube.Watch(target.api, PODS.format(ns=namespace), rec.on_pod)
+    watch.start()
+    rec.t0 = time.monotonic()
+    apply_s = kube.apply_parallel(target.kubectl, target.kubeconfig, deal(docs, settings.appliers))
+    finished = _await("all plain pods Running", lambda: rec.running_pods() >= len(docs), settings.timeout_s)
+    wall = time.monotonic() - rec.t0
+    after = procstats.sample_cluster(target.cluster_dir)
+    watch.stop()
+    pods = rec.pod_list()
+    result = {
+        "namespace": namespace, "complete": finished, "wall_s": round(wall, 2),
+        "apply_s": [round(s, 2) for s in apply_s],
+        "pods_created": rate([p.created for p in pods], len(docs)),
+        "pods_bound": rate([p.bound for p in pods if p.bound is not None], len(docs)),
+        "pods_running": rate([p.running for p in pods if p.running is not None], len(docs)),
+        "time_until_all_running_s": max((p.running or 0.0 for p in pods), default=None) if finished else None,
+        "pending_pods": sum(1 for p in pods if p.bound is None),
+        "processes": procstats.window(before, after), "clients": _client_cpu(own),
+        "audit": audit(target),
+        "watch_errors": watch.errors[:10],
+    }
+    return result
+
+
+def apply_queues(target: Target, leaves: Sequence[str], capacity: int, flavor: str, namespace: str) -> None:
+    docs = queue_tree(leaves, capacity, flavor, namespace)
+    kube.kubectl(target.kubectl, target.kubeconfig, "apply", "-f", "-", input_text=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": docs}))
+
+    def seen() -> bool:
+        items, _ = kube.list_items(target.api, "/apis/kubegang.io/v1alpha1/gpuqueues")
+        observed = {q["metadata"]["name"] for q in items if (q.get("status") or {}).get("observedGeneration")}
+        return {d["metadata"]["name"] for d in docs} <= observed
+
+    # The operator writes queue status once it has the tree; jobs sent before that would only wait.
+    _await("the operator to observe the GPUQueues", seen, 60)
+
+
+def delete_queues(target: Target, leaves: Sequence[str]) -> None:
+    kube.kubectl(target.kubectl, target.kubeconfig, "delete", "gpuqueue", *leaves, "bench-root",
+                 "--ignore-not-found", "--wait=false")
+
+
+def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, settings: HalfSettings,
+                 leaves: Sequence[str]) -> dict[str, Any]:
+    """The burst as GPUJobs: queues first, then every job at once; the operator creates the pods."""
+    capacity = sum(gpu_nodes(target).values())
+    _ensure_namespace(target, namespace)
+    apply_queues(target, leaves, capacity, gpu_product(target), namespace)
+    docs = [gpujob_manifest(j, namespace) for j in jobs]
+    n_pods = sum(j.pods for j in jobs)
+    before, own = procstats.sample_cluster(target.cluster_dir), _own_cpu()
+    rec = Recorder(time.monotonic())
+    job_watch = kube.Watch(target.api, GPUJOBS.format(ns=namespace), rec.on_job)
+    pod_watch = kube.Watch(target.api, PODS.format(ns=namespace), rec.on_pod)
+    job_watch.start()
+    pod_watch.start()
+    rec.t0 = time.monotonic()
+    apply_s = kube.apply_parallel(target.kubectl, target.kubeconfig, deal(docs, settings.appliers))
+    finished = _await("all GPUJobs started and their pods Running",
+                      lambda: rec.started_jobs() >= len(docs) and rec.running_pods() >= n_pods, settings.timeout_s)
+    wall = time.monotonic() - rec.t0
+    after = procstats.sample_cluster(target.cluster_dir)
+    job_watch.stop()
+    pod_watch.stop()
+    pods = rec.pod_list()
+    live = [p for p in pods if p.deleted is None]
+    job_list = rec.job_list()
+    phases: dict[str, int] = {}
+    for j in job_list:
+        phases[j.phase or "(none)"] = phases.get(j.phase or "(none)", 0) + 1
+    not_started = [f"{j.name}: {j.phase} {j.reason}" for j in job_list if j.phase not in ("Running", "Succeeded")]
+    admitted = sorted(t for j in job_list if (t := j.phases.get("Admitted", j.phases.get("Running"))) is not None)
+    return {
+        "namespace": namespace, "complete": finished, "wall_s": round(wall, 2),
+        "apply_s": [round(s, 2) for s in apply_s],
+        "jobs_created": rate([j.created for j in job_list], len(docs)),
+        "jobs_admitted": rate(admitted, len(docs)),
+        "jobs_started": rate(rec.job_start_times(), len(docs)),
+        "pods_created": rate([p.created for p in pods], n_pods),
+        "pods_bound": rate([p.bound for p in live if p.bound is not None], n_pods),
+        "pods_running": rate([p.running for p in live if p.running is not None], n_pods),
+        "time_until_all_running_s": max((p.running or 0.0 for p in live), default=None) if finished else None,
+        "pods_deleted_during_run": sum(1 for p in pods if p.deleted is not None),
+        "job_phases": phases,
+        "jobs_not_started": not_started[:20],
+        "processes": procstats.window(before, after), "clients": _client_cpu(own),
+        "audit": audit(target, namespace),
+        "watch_errors": (job_watch.errors + pod_watch.errors)[:10],
+    }

@@ -1,0 +1,157 @@
+"""End-to-end throughput on the real local control plane: a burst of GPUJobs through kubegang, and the
+same pods through the plain kube-scheduler, in one run.
+
+    .venv/bin/python -m bench.e2e.run            # 2,000 jobs on bench-1024 (1,024 nodes x 8 GPUs)
+    .venv/bin/python -m bench.e2e.run --quick    # 200 jobs on superpod-h100 (128 nodes x 8 GPUs)
+
+It starts its own control plane in ``--cluster-dir`` (default /tmp/kubegang-bench-cluster, so a
+cluster that tests use is never touched), or reuses one already running there; runs the baseline
+with kube-scheduler alone, then ``hack/cluster kubegang up`` and the GPUJob burst; writes
+bench/e2e/results.json and docs/benchmarks-e2e.md; stops what it started (``--keep`` leaves it up).
+The workload generator is described in bench/e2e/_workload.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+if __package__ in (None, ""):  # run as a script: make `bench` and `kubegang` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.e2e import _harness as harness
+from bench.e2e import _report as report
+from bench.e2e._workload import POD_WEIGHTS, describe, generate, leaf_names
+
+REPO = Path(__file__).resolve().parents[2]
+HACK = REPO / "hack"
+RESULTS = Path(__file__).resolve().parent / "results.json"
+DOC = REPO / "docs" / "benchmarks-e2e.md"
+
+
+def versions() -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in (HACK / "versions.env").read_text().splitlines()
+             if "=" in line and not line.lstrip().startswith("#"))
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def kubectl_path() -> str:
+    cache = os.environ.get("KUBEGANG_CACHE") or str(
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kubegang")
+    return str(Path(cache) / f"kubernetes-{versions()['KUBERNETES_VERSION']}" / "bin" / "kubectl")
+
+
+def hack(cluster_dir: Path, *args: str, timeout: float = 1800) -> float:
+    """Run hack/cluster against ``cluster_dir``; its seconds. Raises with the tail of its log on failure."""
+    t0 = time.monotonic()
+    proc = subprocess.run([str(HACK / "cluster"), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "KUBEGANG_CLUSTER_DIR": str(cluster_dir)})
+    if proc.returncode != 0:
+        raise RuntimeError(f"hack/cluster {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return round(time.monotonic() - t0, 1)
+
+
+def running(cluster_dir: Path) -> bool:
+    return subprocess.run([str(HACK / "cluster"), "status"], capture_output=True,
+                          env={**os.environ, "KUBEGANG_CLUSTER_DIR": str(cluster_dir)}).returncode == 0
+
+
+def machine() -> dict[str, Any]:
+    mem_kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal:"))
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return {"cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(mem_kib / 2**20, 1),
+            "kernel": platform.release(), "python": platform.python_version(),
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.e2e.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="200 jobs on the superpod-h100 shape")
+    p.add_argument("--jobs", type=int, default=None, help="GPUJobs in the burst (default 2000, quick 200)")
+    p.add_argument("--shape", default=None, help="hack/shapes/<name>.yaml (default bench-1024, quick superpod-h100)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--fill", type=float, default=0.85, help="most of the cluster's GPUs the burst may request")
+    p.add_argument("--leaves", type=int, default=16, help="leaf GPUQueues the jobs are dealt over")
+    p.add_argument("--operators", type=int, default=2, help="operator replicas (one leader admits)")
+    p.add_argument("--appliers", type=int, default=4, help="parallel kubectl apply processes")
+    p.add_argument("--timeout", type=float, default=600, help="seconds each half may take to get all Running")
+    p.add_argument("--cluster-dir", type=Path, default=Path("/tmp/kubegang-bench-cluster"))
+    p.add_argument("--keep", action="store_true", help="leave the control plane running afterwards")
+    p.add_argument("--only", choices=["plain", "kubegang"], default=None, help="run one half only")
+    p.add_argument("--results", type=Path, default=RESULTS)
+    p.add_argument("--doc", type=Path, default=DOC)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    n_jobs = args.jobs or (200 if args.quick else 2000)
+    shape = args.shape or ("superpod-h100" if args.quick else "bench-1024")
+    cluster_dir = args.cluster_dir.resolve()
+    command = "python -m bench.e2e.run " + " ".join(argv if argv is not None else sys.argv[1:])
+    out: dict[str, Any] = {
+        "command": command.strip(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
+        "versions": versions(), "seed": args.seed, "shape": shape, "operators": args.operators,
+        "appliers": args.appliers, "fill": args.fill, "leaves": args.leaves, "errors": [],
+    }
+    started_here = not running(cluster_dir)
+    target = harness.Target(cluster_dir / "kubeconfig", cluster_dir, kubectl_path())
+    try:
+        if started_here:
+            out["cluster_up_s"] = hack(cluster_dir, "up", "--shape", str(HACK / "shapes" / f"{shape}.yaml"))
+        nodes = harness.gpu_nodes(target)
+        capacity = sum(nodes.values())
+        out["cluster"] = {"gpu_nodes": len(nodes), "gpus": capacity, "reused": not started_here}
+        leaves = leaf_names(args.leaves)
+        jobs = generate(n_jobs, args.seed, capacity, args.fill, leaves)
+        out["workload"] = {**describe(jobs), "pod_weights": {str(k): v for k, v in POD_WEIGHTS.items()}}
+        print(f"[bench] {out['workload']['jobs']} jobs, {out['workload']['pods']} pods, "
+              f"{out['workload']['gpus']} of {capacity} GPUs on {len(nodes)} nodes", file=sys.stderr)
+        settings = harness.HalfSettings(appliers=args.appliers, timeout_s=args.timeout)
+        stamp = time.strftime("%H%M%S")
+        if args.only in (None, "plain"):
+            if (cluster_dir / "kubegang.json").exists():
+                hack(cluster_dir, "kubegang", "down")  # the baseline runs without the extender
+            ns = f"bench-plain-{stamp}"
+            print("[bench] baseline: plain pods, kube-scheduler alone", file=sys.stderr)
+            out["plain"] = harness.run_plain(target, jobs, ns, settings)
+            out["plain"]["cleanup_s"] = harness.cleanup(target, ns, gpujobs=False)
+        if args.only in (None, "kubegang"):
+            print("[bench] kubegang: hack/cluster kubegang up", file=sys.stderr)
+            out["kubegang_up_s"] = hack(cluster_dir, "kubegang", "up", "--operators", str(args.operators))
+            ns = f"bench-kubegang-{stamp}"
+            print("[bench] kubegang: GPUJob burst", file=sys.stderr)
+            out["kubegang"] = harness.run_kubegang(target, jobs, ns, settings, leaves)
+            out["kubegang"]["cleanup_s"] = harness.cleanup(target, ns, gpujobs=True)
+            harness.delete_queues(target, leaves)
+    except (RuntimeError, TimeoutError, OSError, ValueError, httpx.HTTPError) as exc:
+        out["errors"].append(f"{type(exc).__name__}: {exc}")
+        print(f"[bench] ERROR: {exc}", file=sys.stderr)
+    finally:
+        if started_here and not args.keep:
+            try:
+                hack(cluster_dir, "down")
+            except RuntimeError as exc:
+                out["errors"].append(str(exc))
+    out["summary"] = report.summary(out)
+    args.results.write_text(json.dumps(out, indent=2) + "\n")
+    args.doc.write_text(report.markdown(out))
+    print(report.table(out))
+    print(f"[bench] wrote {args.results} and {args.doc}", file=sys.stderr)
+    return 1 if out["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -100,7 +100,8 @@ class Agent:
                 continue
             try:
                 fabric = FabricOverride.parse(fabric_text) if fabric_text else None
-                backend: Backend = ReplayBackend(resolve_dump(self.settings.replay_dir, dump_name), fabric)
+                backend: Backend = ReplayBackend(resolve_dump(self.settings.replay_dir, dump_name), fabric,
+                                                 node_name=node.name)
             except ReplayError as exc:
                 self._complain_once(node.name, str(exc))
                 continue

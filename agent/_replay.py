@@ -99,9 +99,12 @@ _CACHE = _DumpCache()
 class ReplayBackend:
     """Serves one dump, optionally with its fabric registration replaced."""
 
-    def __init__(self, path: Path, fabric: FabricOverride | None = None) -> None:
+    def __init__(self, path: Path, fabric: FabricOverride | None = None, node_name: str | None = None) -> None:
         self.path = path
         self.fabric = fabric
+        self.node_name = node_name
+        """When one dump serves many fake nodes, each node's GPUs get UUIDs of their own (derived
+        from the node name), as real GPUs would: the topology refuses one GPU on two nodes."""
         try:
             _CACHE.get(path)  # fail now, naming the file, rather than at the first poll
         except (OSError, DumpFormatError) as exc:
@@ -112,7 +115,7 @@ class ReplayBackend:
             dump = _CACHE.get(self.path)
         except (OSError, DumpFormatError) as exc:
             return {"init": {"error": "ReplayDumpUnreadable", "msg": str(exc)}, "devices": []}
-        if self.fabric is None:
+        if self.fabric is None and self.node_name is None:
             return dump
         # Copy on write: the cached dump is shared by every node replaying it.
         patched = copy.copy(dump)
@@ -120,8 +123,12 @@ class ReplayBackend:
         for device in dump["devices"]:
             device = dict(device) if isinstance(device, dict) else device
             if isinstance(device, dict) and "handle" not in device:
-                device.pop("GpuFabricInfo", None)
-                device["GpuFabricInfoV"] = self.fabric.fabric_info()
+                if self.fabric is not None:
+                    device.pop("GpuFabricInfo", None)
+                    device["GpuFabricInfoV"] = self.fabric.fabric_info()
+                if self.node_name is not None and isinstance(device.get("UUID"), str):
+                    device["UUID"] = "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID,
+                                                                f"{self.node_name}/{device['UUID']}"))
             patched["devices"].append(device)
         return patched
 

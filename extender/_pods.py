@@ -14,17 +14,9 @@ from dataclasses import dataclass, field
 from kubegang.api import whole_count
 from kubegang.extender._wire import Pod
 from kubegang.placement import Toleration
+from kubegang.podcontract import GPU_RESOURCE, GPUS_ANNOTATION, JOB_UID_LABEL, NODE_ANNOTATION, POD_INDEX_LABEL
 
-GPU_RESOURCE = "nvidia.com/gpu"
-"""The extended resource the extender manages (``managedResources`` in the scheduler config)."""
-NODE_ANNOTATION = "kubegang.io/node"
-"""Planned node of a gang pod; the filter passes this node only."""
-GPUS_ANNOTATION = "kubegang.io/gpus"
-"""Comma-separated GPU indices planned (or, after binding, used) on that node, e.g. ``0,1,2,3``."""
-JOB_UID_LABEL = "kubegang.io/job-uid"
-"""UID of the GPUJob a pod belongs to; every pod of one gang carries the same value."""
-POD_INDEX_LABEL = "kubegang.io/pod-index"
-"""Index of the pod within its gang (0..replicas-1), matching the plan's pod index."""
+__all__ = ["GPUS_ANNOTATION", "GPU_RESOURCE", "JOB_UID_LABEL", "NODE_ANNOTATION", "POD_INDEX_LABEL"]
 
 class DemandError(ValueError):
     """A pod whose kubegang fields cannot be read; the message names the field."""
@@ -86,7 +78,7 @@ class PodDemand:
     node_name: str = ""
     """``spec.nodeName`` once bound."""
     pod_index: int | None = None
-    """Index within the gang from ``kubegang.io/pod-index``; None outside gangs."""
+    """Index within the gang from ``kubegang.io/replica-index``; None outside gangs."""
     tolerations: tuple[Toleration, ...] = ()
     """The pod's tolerations, in the core's form (GPU nodes are often tainted)."""
 

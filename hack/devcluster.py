@@ -223,12 +223,12 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def start(paths: Paths, name: str, argv: list[str]) -> int:
+def start(paths: Paths, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
     paths.logs.mkdir(parents=True, exist_ok=True)
     paths.pids.mkdir(parents=True, exist_ok=True)
     logf = (paths.logs / f"{name}.log").open("ab")
     proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True, cwd=paths.root)
+                            start_new_session=True, cwd=paths.root, env={**os.environ, **(env or {})})
     (paths.pids / f"{name}.pid").write_text(str(proc.pid))
     log(f"started {name} (pid {proc.pid}), log {paths.logs / (name + '.log')}")
     return proc.pid

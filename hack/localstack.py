@@ -60,6 +60,7 @@ def up(paths: dc.Paths, operators: int = 2) -> StackPorts:
     tls = paths.root / "kubegang-pki"
     pki = write_pki(tls)
     kubeconfig = str(paths.kubeconfig)
+    env = {"KUBECONFIG": kubeconfig, "PYTHONUNBUFFERED": "1"}
     ports = StackPorts(dc.free_port(), dc.free_port(), dc.free_port(), dc.free_port(),
                        tuple(dc.free_port() for _ in range(operators)))
     (paths.root / "kubegang.json").write_text(json.dumps(
@@ -74,9 +75,11 @@ def up(paths: dc.Paths, operators: int = 2) -> StackPorts:
     # 2. The extender, then kube-scheduler pointed at it.
     dc.start(paths, "kubegang-extender", [
         python(), "-m", "kubegang.extender", "--kubeconfig", kubeconfig,
-        "--host", "127.0.0.1", "--https-port", str(ports.extender_https), "--grpc-port", str(ports.extender_grpc),
-        "--metrics-host", "127.0.0.1", "--metrics-port", str(ports.extender_metrics), "--tls-dir", str(tls),
-    ])
+        "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key), "--client-ca", str(pki.ca_cert),
+        "--https-address", "127.0.0.1", "--https-port", str(ports.extender_https),
+        "--grpc-address", "127.0.0.1", "--grpc-port", str(ports.extender_grpc),
+        "--health-address", "127.0.0.1", "--health-port", str(ports.extender_metrics),
+    ], env=env)
     dc.wait_for(paths, "kubegang-extender", lambda: http_ok(f"http://127.0.0.1:{ports.extender_metrics}/readyz"), 60)
     rendered = yaml.safe_load(render_scheduler_config(SchedulerConfigValues(
         extender_url=f"https://127.0.0.1:{ports.extender_https}", ca_file=str(pki.ca_cert),
@@ -87,10 +90,10 @@ def up(paths: dc.Paths, operators: int = 2) -> StackPorts:
 
     # 3. One replay agent serves every fake node, as a DaemonSet would serve each real one.
     dc.start(paths, "kubegang-agent", [
-        python(), "-m", "kubegang.agent", "--kubeconfig", kubeconfig, "--replay-dir", str(REPLAY_DIR),
+        python(), "-m", "kubegang.agent", "--replay-dir", str(REPLAY_DIR),
         "--nodes-from-label", "=".join(dc.FAKE_NODE_LABEL), "--metrics-host", "127.0.0.1",
         "--metrics-port", str(ports.agent_metrics), "--poll-interval", "5",
-    ])
+    ], env=env)
 
     # 4. Operators: two replicas campaign for one Lease; only the leader admits.
     for i, port in enumerate(ports.operator_metrics):
@@ -98,7 +101,7 @@ def up(paths: dc.Paths, operators: int = 2) -> StackPorts:
             python(), "-m", "kubegang.operator", "--kubeconfig", kubeconfig, "--namespace", NAMESPACE,
             "--extender-address", f"127.0.0.1:{ports.extender_grpc}", "--tls-dir", str(tls),
             "--tls-server-name", "localhost", "--metrics-port", str(port), "--identity", f"local-operator-{i}",
-        ])
+        ], env=env)
     dc.wait_for(paths, "kubegang-agent", lambda: http_ok(f"http://127.0.0.1:{ports.agent_metrics}/healthz"), 60)
     for i, port in enumerate(ports.operator_metrics):
         dc.wait_for(paths, f"kubegang-operator-{i}", lambda port=port: http_ok(f"http://127.0.0.1:{port}/metrics"), 60)

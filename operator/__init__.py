@@ -11,16 +11,7 @@ from kubegang.operator._admission import Admission, Outcome
 from kubegang.operator._cache import ClusterCache
 from kubegang.operator._conditions import CondType, Phase, set_condition, transition
 from kubegang.operator._controller import Controller
-from kubegang.operator._gang_objects import (
-    ANNOTATION_GPUS,
-    ANNOTATION_NODE,
-    LABEL_JOB_NAME,
-    LABEL_JOB_UID,
-    LABEL_REPLICA_INDEX,
-    SCHEDULER_NAME,
-    GangObjects,
-    build_gang,
-)
+from kubegang.operator._gang_objects import SCHEDULER_NAME, GangObjects, build_gang
 from kubegang.operator._job import JobSpecError, JobView, job_view
 from kubegang.operator._leader import LeaderElector, may_acquire
 from kubegang.operator._lifecycle import Action, Decision, PodState, decide
@@ -28,13 +19,14 @@ from kubegang.operator._ports import Candidate, KubePort, PlacementPort, QueueUs
 from kubegang.operator._settings import OperatorSettings
 from kubegang.operator._supervisor import Supervisor
 from kubegang.operator._types import GangPlacement, PlanResult, PodSlot, Verdict
+from kubegang.podcontract import GPUS_ANNOTATION, JOB_NAME_LABEL, JOB_UID_LABEL, NODE_ANNOTATION, POD_INDEX_LABEL
 
 __all__ = [
-    "ANNOTATION_GPUS",
-    "ANNOTATION_NODE",
-    "LABEL_JOB_NAME",
-    "LABEL_JOB_UID",
-    "LABEL_REPLICA_INDEX",
+    "GPUS_ANNOTATION",
+    "JOB_NAME_LABEL",
+    "JOB_UID_LABEL",
+    "NODE_ANNOTATION",
+    "POD_INDEX_LABEL",
     "SCHEDULER_NAME",
     "Action",
     "Admission",

@@ -14,9 +14,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from kubegang.operator._conditions import Phase
-from kubegang.operator._gang_objects import LABEL_JOB_UID
 from kubegang.operator._job import JobSpecError, JobView, job_view
 from kubegang.operator._lifecycle import PodState, pod_state
+from kubegang.podcontract import JOB_UID_LABEL
 
 HOLDING_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING})
 WAITING_PHASES = frozenset({Phase.PENDING, Phase.QUEUED, Phase.UNSCHEDULABLE})
@@ -75,7 +75,7 @@ class ClusterCache:
 
     def upsert_pod(self, body: Mapping[str, Any]) -> None:
         """Record a pod of a gang (pods without the job-uid label are ignored)."""
-        uid = ((body.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB_UID)
+        uid = ((body.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL)
         if not uid:
             return
         state = pod_state(body)
@@ -85,7 +85,7 @@ class ClusterCache:
     def remove_pod(self, body: Mapping[str, Any]) -> None:
         """Forget a deleted pod."""
         meta = body.get("metadata") or {}
-        uid = (meta.get("labels") or {}).get(LABEL_JOB_UID)
+        uid = (meta.get("labels") or {}).get(JOB_UID_LABEL)
         if not uid:
             return
         pods = self.pods.get(uid, {})

@@ -14,17 +14,18 @@ from typing import Any
 
 from kubegang.operator._job import JobView
 from kubegang.operator._types import GangPlacement, PodSlot
+from kubegang.podcontract import (
+    ATTEMPT_LABEL,
+    GPUS_ANNOTATION,
+    JOB_NAME_LABEL,
+    JOB_UID_LABEL,
+    NODE_ANNOTATION,
+    POD_INDEX_LABEL,
+)
 
 GROUP = "kubegang.io"
 VERSION = "v1alpha1"
 SCHEDULER_NAME = "kubegang"
-
-LABEL_JOB_NAME = "kubegang.io/job-name"
-LABEL_JOB_UID = "kubegang.io/job-uid"
-LABEL_REPLICA_INDEX = "kubegang.io/replica-index"
-LABEL_ATTEMPT = "kubegang.io/attempt"
-ANNOTATION_NODE = "kubegang.io/node"
-ANNOTATION_GPUS = "kubegang.io/gpus"
 
 DEFAULT_MASTER_PORT = 29500
 HOSTFILE_KEY = "hostfile"
@@ -67,7 +68,7 @@ def pod_dns_name(job: JobView, index: int) -> str:
 
 def job_labels(job: JobView) -> dict[str, str]:
     """Labels that select every object of the gang (the pod watch filters on the first)."""
-    return {LABEL_JOB_NAME: job.name, LABEL_JOB_UID: job.uid}
+    return {JOB_NAME_LABEL: job.name, JOB_UID_LABEL: job.uid}
 
 
 def framework_env(job: JobView, index: int, master_port: int = DEFAULT_MASTER_PORT) -> list[dict[str, str]]:
@@ -135,12 +136,12 @@ def build_pod(job: JobView, slot: PodSlot, *, master_port: int = DEFAULT_MASTER_
     labels = {
         **(meta_t.get("labels") or {}),
         **job_labels(job),
-        LABEL_REPLICA_INDEX: str(slot.index),
-        LABEL_ATTEMPT: str(job.attempt),
+        POD_INDEX_LABEL: str(slot.index),
+        ATTEMPT_LABEL: str(job.attempt),
     }
-    annotations = {**(meta_t.get("annotations") or {}), ANNOTATION_NODE: slot.node}
+    annotations = {**(meta_t.get("annotations") or {}), NODE_ANNOTATION: slot.node}
     if slot.gpus:
-        annotations[ANNOTATION_GPUS] = ",".join(str(g) for g in slot.gpus)
+        annotations[GPUS_ANNOTATION] = ",".join(str(g) for g in slot.gpus)
     spec["schedulerName"] = SCHEDULER_NAME
     spec["restartPolicy"] = "Never"
     if job.priority_class:
@@ -195,7 +196,7 @@ def build_service(job: JobView, *, master_port: int = DEFAULT_MASTER_PORT) -> di
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {LABEL_JOB_NAME: job.name, LABEL_JOB_UID: job.uid},
+            "selector": {JOB_NAME_LABEL: job.name, JOB_UID_LABEL: job.uid},
             "ports": [{"name": "rendezvous", "port": master_port, "targetPort": master_port}],
         },
     }

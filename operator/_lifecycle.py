@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubegang.operator._conditions import FINISHED_PHASES, Phase, parse_rfc3339
-from kubegang.operator._gang_objects import ANNOTATION_NODE, LABEL_ATTEMPT, LABEL_REPLICA_INDEX
 from kubegang.operator._job import JobView
+from kubegang.podcontract import ATTEMPT_LABEL, NODE_ANNOTATION, POD_INDEX_LABEL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +72,10 @@ def pod_state(body: Mapping[str, Any]) -> PodState:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
     return PodState(
         name=str(meta.get("name", "")),
-        index=_int_or(labels.get(LABEL_REPLICA_INDEX), -1),
-        attempt=str(labels.get(LABEL_ATTEMPT, "")),
+        index=_int_or(labels.get(POD_INDEX_LABEL), -1),
+        attempt=str(labels.get(ATTEMPT_LABEL, "")),
         phase=str(status.get("phase") or "Pending"),
-        planned_node=(meta.get("annotations") or {}).get(ANNOTATION_NODE),
+        planned_node=(meta.get("annotations") or {}).get(NODE_ANNOTATION),
         bound_node=spec.get("nodeName"),
         ready=ready,
         exit_code=exit_code,

@@ -20,8 +20,8 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.scheduling_v1 import PriorityClass
 
 from kubegang.operator._cache import ClusterCache
-from kubegang.operator._gang_objects import LABEL_JOB_UID
 from kubegang.operator._kube import GPUJobResource, GPUQueueResource
+from kubegang.podcontract import JOB_UID_LABEL
 
 log = logging.getLogger("kubegang.operator.watches")
 
@@ -66,7 +66,7 @@ def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_s
         else:
             cache.upsert_queue(body)
 
-    @kopf.on.event("", "v1", "pods", labels={LABEL_JOB_UID: kopf.PRESENT}, registry=registry)
+    @kopf.on.event("", "v1", "pods", labels={JOB_UID_LABEL: kopf.PRESENT}, registry=registry)
     def pod_event(type: str | None, body: Mapping[str, Any], **_: Any) -> None:
         if type == "DELETED":
             cache.remove_pod(body)
@@ -105,12 +105,12 @@ async def resync_from_api(client: AsyncClient, cache: ClusterCache) -> None:
     for uid in set(cache.jobs) - seen_jobs:
         cache.remove_job(uid)
     seen_pods: dict[str, set[str]] = {}
-    async for pod in client.list(Pod, namespace="*", labels={LABEL_JOB_UID: None}):
+    async for pod in client.list(Pod, namespace="*", labels={JOB_UID_LABEL: None}):
         body = _as_dict(pod)
         cache.upsert_pod(body)
-        uid = body["metadata"]["labels"][LABEL_JOB_UID]
+        uid = body["metadata"]["labels"][JOB_UID_LABEL]
         seen_pods.setdefault(uid, set()).add(body["metadata"]["name"])
     for uid, pods in list(cache.pods.items()):
         for name in set(pods) - seen_pods.get(uid, set()):
-            cache.remove_pod({"metadata": {"name": name, "labels": {LABEL_JOB_UID: uid}}})
+            cache.remove_pod({"metadata": {"name": name, "labels": {JOB_UID_LABEL: uid}}})
     log.info("resynced: %d jobs, %d queues, %d gangs with pods", len(cache.jobs), len(cache.queues), len(cache.pods))

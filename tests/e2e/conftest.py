@@ -144,3 +144,48 @@ def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]
         "get", "serviceaccount", "default", "-n", name, check=False).returncode == 0)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@dataclass
+class Kubegang:
+    """kubegang's processes running on the e2e cluster (``hack/cluster kubegang up``)."""
+
+    cluster: Cluster
+    state: dict[str, Any]
+
+    @property
+    def ports(self) -> dict[str, Any]:
+        return dict(self.state["ports"])
+
+    @property
+    def tls_dir(self) -> Path:
+        return Path(self.state["tls_dir"])
+
+    def pid(self, component: str) -> int | None:
+        assert self.cluster.cluster_dir is not None
+        try:
+            return int((self.cluster.cluster_dir / "pids" / f"{component}.pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def restart(self) -> None:
+        assert self.cluster.cluster_dir is not None
+        _hack("kubegang", "up", cluster_dir=self.cluster.cluster_dir)
+        self.state = json.loads((self.cluster.cluster_dir / "kubegang.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def kubegang(cluster: Cluster) -> Iterator[Kubegang]:
+    """CRDs, extender (with kube-scheduler's kubegang profile), replay agent and two operators.
+
+    Started once per session on the cluster that hack/ runs; stopped at the end, which also puts
+    kube-scheduler back to the default profile alone.
+    """
+    if cluster.cluster_dir is None:
+        pytest.fail("the kubegang fixture runs the processes locally: it needs the cluster hack/cluster starts",
+                    pytrace=False)
+    _hack("kubegang", "up", cluster_dir=cluster.cluster_dir)
+    try:
+        yield Kubegang(cluster, json.loads((cluster.cluster_dir / "kubegang.json").read_text()))
+    finally:
+        _hack("kubegang", "down", cluster_dir=cluster.cluster_dir)

@@ -27,7 +27,7 @@ def pod(uid: str, gpus: int, *, node_name: str = "", pinned: str = "", gpu_idx: 
         job: str = "", index: int | None = None, phase: str = "Pending") -> dict[str, Any]:
     labels = {"kubegang.io/job-uid": job} if job else {}
     if index is not None:
-        labels["kubegang.io/pod-index"] = str(index)
+        labels["kubegang.io/replica-index"] = str(index)
     annotations = {"kubegang.io/node": pinned} if pinned else {}
     if gpu_idx:
         annotations["kubegang.io/gpus"] = gpu_idx

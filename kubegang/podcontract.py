@@ -1,0 +1,23 @@
+"""The labels and annotations a gang pod carries: the contract between operator and extender.
+
+The operator writes them when it creates a gang's pods; the extender reads them to know which
+reservation a pod realises, and to rebuild every reservation from the API after a restart. Both
+import these names from here, so the two sides can never spell them differently.
+"""
+
+from __future__ import annotations
+
+GPU_RESOURCE = "nvidia.com/gpu"
+"""The extended resource kubegang manages (``managedResources`` in the scheduler configuration)."""
+NODE_ANNOTATION = "kubegang.io/node"
+"""Planned node of a gang pod; the extender's filter passes this node only."""
+GPUS_ANNOTATION = "kubegang.io/gpus"
+"""Comma-separated GPU indices planned on that node, e.g. ``0,1,2,3``."""
+JOB_UID_LABEL = "kubegang.io/job-uid"
+"""UID of the GPUJob a pod belongs to; every pod of one gang carries the same value."""
+JOB_NAME_LABEL = "kubegang.io/job-name"
+"""Name of that GPUJob (for humans and selectors; the UID is what identifies the gang)."""
+POD_INDEX_LABEL = "kubegang.io/replica-index"
+"""Index of the pod within its gang (0..replicas-1), matching the plan's pod index."""
+ATTEMPT_LABEL = "kubegang.io/attempt"
+"""Which start of the gang the pod belongs to; a restart creates pods of a new attempt."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import resource
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,8 @@ class HalfSettings:
     """Parallel ``kubectl apply`` processes, each with one multi-document file."""
     timeout_s: float = 600.0
     """Give up waiting for everything to run after this long (the result says it is incomplete)."""
+    stall_s: float = 90.0
+    """Give up earlier when nothing was bound or started for this long after the last apply ended."""
 
 
 # -- capacity and audit ---------------------------------------------------------------------------
@@ -141,12 +143,20 @@ def cleanup(target: Target, namespace: str, gpujobs: bool, timeout: float = 300)
     return round(time.monotonic() - t0, 1)
 
 
-def _await(what: str, done: Any, timeout: float) -> bool:
-    try:
-        kube.wait_until(what, done, timeout, 0.25)
-        return True
-    except TimeoutError:
-        return False
+def _await(done: Callable[[], bool], progress: Callable[[], int], settings: HalfSettings) -> bool:
+    """Wait until ``done``; False at the timeout, or once ``progress`` (a count) stood still for ``stall_s``."""
+    deadline = time.monotonic() + settings.timeout_s
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        now, seen = time.monotonic(), progress()
+        if seen != last:
+            last, since = seen, now
+        elif now - since > settings.stall_s:
+            return False
+        time.sleep(0.25)
+    return False
 
 
 def run_plain(target: Target, jobs: Sequence[BenchJob], namespace: str, settings: HalfSettings) -> dict[str, Any]:
@@ -159,7 +169,7 @@ def run_plain(target: Target, jobs: Sequence[BenchJob], namespace: str, settings
     watch.start()
     rec.t0 = time.monotonic()
     apply_s = kube.apply_parallel(target.kubectl, target.kubeconfig, deal(docs, settings.appliers))
-    finished = _await("all plain pods Running", lambda: rec.running_pods() >= len(docs), settings.timeout_s)
+    finished = _await(lambda: rec.running_pods() >= len(docs), rec.running_pods, settings)
     wall = time.monotonic() - rec.t0
     after = procstats.sample_cluster(target.cluster_dir)
     watch.stop()
@@ -179,18 +189,22 @@ def run_plain(target: Target, jobs: Sequence[BenchJob], namespace: str, settings
     return result
 
 
-def apply_queues(target: Target, leaves: Sequence[str], capacity: int, flavor: str, namespace: str) -> None:
+def apply_queues(target: Target, leaves: Sequence[str], capacity: int, flavor: str, namespace: str) -> bool:
     docs = queue_tree(leaves, capacity, flavor, namespace)
     kube.kubectl(target.kubectl, target.kubeconfig, "apply", "-f", "-", input_text=json.dumps(
         {"apiVersion": "v1", "kind": "List", "items": docs}))
 
     def seen() -> bool:
         items, _ = kube.list_items(target.api, "/apis/kubegang.io/v1alpha1/gpuqueues")
-        observed = {q["metadata"]["name"] for q in items if (q.get("status") or {}).get("observedGeneration")}
+        observed = {q["metadata"]["name"] for q in items if "usage" in (q.get("status") or {})}
         return {d["metadata"]["name"] for d in docs} <= observed
 
     # The operator writes queue status once it has the tree; jobs sent before that would only wait.
-    _await("the operator to observe the GPUQueues", seen, 60)
+    try:
+        kube.wait_until("the operator to observe the GPUQueues", seen, 60)
+        return True
+    except TimeoutError:
+        return False
 
 
 def delete_queues(target: Target, leaves: Sequence[str]) -> None:
@@ -203,7 +217,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     """The burst as GPUJobs: queues first, then every job at once; the operator creates the pods."""
     capacity = sum(gpu_nodes(target).values())
     _ensure_namespace(target, namespace)
-    apply_queues(target, leaves, capacity, gpu_product(target), namespace)
+    queues_observed = apply_queues(target, leaves, capacity, gpu_product(target), namespace)
     docs = [gpujob_manifest(j, namespace) for j in jobs]
     n_pods = sum(j.pods for j in jobs)
     before, own = procstats.sample_cluster(target.cluster_dir), _own_cpu()
@@ -214,8 +228,8 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     pod_watch.start()
     rec.t0 = time.monotonic()
     apply_s = kube.apply_parallel(target.kubectl, target.kubeconfig, deal(docs, settings.appliers))
-    finished = _await("all GPUJobs started and their pods Running",
-                      lambda: rec.started_jobs() >= len(docs) and rec.running_pods() >= n_pods, settings.timeout_s)
+    finished = _await(lambda: rec.started_jobs() >= len(docs) and rec.running_pods() >= n_pods,
+                      lambda: rec.started_jobs() + rec.running_pods(), settings)
     wall = time.monotonic() - rec.t0
     after = procstats.sample_cluster(target.cluster_dir)
     job_watch.stop()
@@ -230,7 +244,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     admitted = sorted(t for j in job_list if (t := j.phases.get("Admitted", j.phases.get("Running"))) is not None)
     return {
         "namespace": namespace, "complete": finished, "wall_s": round(wall, 2),
-        "apply_s": [round(s, 2) for s in apply_s],
+        "apply_s": [round(s, 2) for s in apply_s], "queues_observed_by_operator": queues_observed,
         "jobs_created": rate([j.created for j in job_list], len(docs)),
         "jobs_admitted": rate(admitted, len(docs)),
         "jobs_started": rate(rec.job_start_times(), len(docs)),

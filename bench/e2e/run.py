@@ -87,6 +87,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--operators", type=int, default=2, help="operator replicas (one leader admits)")
     p.add_argument("--appliers", type=int, default=4, help="parallel kubectl apply processes")
     p.add_argument("--timeout", type=float, default=600, help="seconds each half may take to get all Running")
+    p.add_argument("--stall", type=float, default=90, help="give up a half after this long without progress")
     p.add_argument("--cluster-dir", type=Path, default=Path("/tmp/kubegang-bench-cluster"))
     p.add_argument("--keep", action="store_true", help="leave the control plane running afterwards")
     p.add_argument("--only", choices=["plain", "kubegang"], default=None, help="run one half only")
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         out["workload"] = {**describe(jobs), "pod_weights": {str(k): v for k, v in POD_WEIGHTS.items()}}
         print(f"[bench] {out['workload']['jobs']} jobs, {out['workload']['pods']} pods, "
               f"{out['workload']['gpus']} of {capacity} GPUs on {len(nodes)} nodes", file=sys.stderr)
-        settings = harness.HalfSettings(appliers=args.appliers, timeout_s=args.timeout)
+        settings = harness.HalfSettings(appliers=args.appliers, timeout_s=args.timeout, stall_s=args.stall)
         stamp = time.strftime("%H%M%S")
         if args.only in (None, "plain"):
             if (cluster_dir / "kubegang.json").exists():

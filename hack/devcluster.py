@@ -431,9 +431,14 @@ def apply_nodes(paths: Paths, shape_file: str) -> None:
     shape = load_shape(shape_file)
     t0 = time.monotonic()
     nodes = [node_manifest(name, group) for name, group in shape.nodes()]
-    # Node status (capacity) is only taken on create; kwok then keeps it Ready.
-    kubectl(paths, "create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
     names = {n["metadata"]["name"] for n in nodes}
+    existing = set(kubectl(paths, "get", "nodes", "-o", "jsonpath={.items[*].metadata.name}").split())
+    missing = [n for n in nodes if n["metadata"]["name"] not in existing]
+    # Node status (capacity) is only taken on create; kwok then keeps it Ready. Nodes that already
+    # exist are left as they are, so adding a shape twice is harmless.
+    if missing:
+        kubectl(paths, "create", "-f", "-",
+                input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": missing}))
     def all_ready() -> bool:
         out = json.loads(kubectl(paths, "get", "nodes", "-l", "=".join(FAKE_NODE_LABEL), "-o", "json"))
         # Ready, and the not-ready taint that admission added on create is gone again.

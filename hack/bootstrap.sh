@@ -10,7 +10,9 @@ stamp=.venv/.kubegang-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then exit 0; fi
 log "creating .venv and installing kubegang[dev] from PyPI"
-[[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[dev]'
+# `python -m` puts the working directory first on sys.path, where operator/ would shadow the
+# standard library's operator module before the venv has anything installed: run from /.
+[[ -x .venv/bin/python ]] || ( cd / && "$PYTHON" -m venv "$REPO_ROOT/.venv" )
+( cd / && "$REPO_ROOT/.venv/bin/python" -m pip install -q --upgrade pip )
+( cd / && "$REPO_ROOT/.venv/bin/python" -m pip install -q -e "$REPO_ROOT[dev]" )
 echo "$want" > "$stamp"

@@ -217,7 +217,9 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     """The burst as GPUJobs: queues first, then every job at once; the operator creates the pods."""
     capacity = sum(gpu_nodes(target).values())
     _ensure_namespace(target, namespace)
+    t_queues = time.monotonic()
     queues_observed = apply_queues(target, leaves, capacity, gpu_product(target), namespace)
+    queues_s = round(time.monotonic() - t_queues, 1)
     docs = [gpujob_manifest(j, namespace) for j in jobs]
     n_pods = sum(j.pods for j in jobs)
     before, own = procstats.sample_cluster(target.cluster_dir), _own_cpu()
@@ -245,6 +247,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     return {
         "namespace": namespace, "complete": finished, "wall_s": round(wall, 2),
         "apply_s": [round(s, 2) for s in apply_s], "queues_observed_by_operator": queues_observed,
+        "queues_ready_s": queues_s,
         "jobs_created": rate([j.created for j in job_list], len(docs)),
         "jobs_admitted": rate(admitted, len(docs)),
         "jobs_started": rate(rec.job_start_times(), len(docs)),

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
 from bench.e2e import _kube as kube
 from bench.e2e import _procstats as procstats
 from bench.e2e._record import FINISHED, Recorder, rate
@@ -31,6 +34,8 @@ from bench.e2e._workload import (
 GPUJOBS = "/apis/kubegang.io/v1alpha1/namespaces/{ns}/gpujobs"
 PODS = "/api/v1/namespaces/{ns}/pods"
 PLANNED_NODE = "kubegang.io/node"
+SCHEDULER_VERBS = ("filter", "prioritize", "preempt", "bind")
+"""The extender's HTTPS verbs, the part kube-scheduler waits for on every pod (gRPC is the operator's)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,40 @@ def audit(target: Target, namespace: str | None = None) -> dict[str, Any]:
     over = {n: f"{u} > {capacity.get(n, 0)}" for n, u in sorted(used.items()) if u > capacity.get(n, 0)}
     return {"nodes_with_gpus": len(used), "gpus_in_use": sum(used.values()), "overcommitted_nodes": over,
             "pods_off_plan": off_plan[:20], "pods_off_plan_count": len(off_plan)}
+
+
+# -- the extender's own account of its time ------------------------------------------------------
+
+def extender_verbs(cluster_dir: Path) -> dict[str, tuple[float, float]]:
+    """Per verb, (seconds, requests) so far from the extender's request-duration histogram; {} when
+    the stack or its metrics port is not there."""
+    try:
+        port = json.loads((cluster_dir / "kubegang.json").read_text())["ports"]["extender_metrics"]
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    except (OSError, KeyError, ValueError, httpx.HTTPError):
+        return {}
+    out: dict[str, tuple[float, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "kubegang_extender_request_duration_seconds":
+            continue
+        for sample in family.samples:
+            verb = sample.labels.get("verb", "")
+            total, count = out.get(verb, (0.0, 0.0))
+            if sample.name.endswith("_sum"):
+                out[verb] = (total + sample.value, count)
+            elif sample.name.endswith("_count"):
+                out[verb] = (total, count + sample.value)
+    return out
+
+
+def extender_window(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]],
+                    pods: int) -> dict[str, Any]:
+    """Server-side seconds and requests per verb during the burst, and the HTTP verbs' time per pod."""
+    verbs = {v: {"seconds": round(s - before.get(v, (0.0, 0.0))[0], 3),
+                 "requests": int(c - before.get(v, (0.0, 0.0))[1])} for v, (s, c) in sorted(after.items())}
+    http = sum(d["seconds"] for v, d in verbs.items() if v in SCHEDULER_VERBS)
+    return {"verbs": verbs, "scheduler_verbs_seconds": round(http, 3),
+            "scheduler_verbs_ms_per_pod": round(1000 * http / pods, 3) if pods else None}
 
 
 # -- one half -------------------------------------------------------------------------------------
@@ -223,6 +262,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     docs = [gpujob_manifest(j, namespace) for j in jobs]
     n_pods = sum(j.pods for j in jobs)
     before, own = procstats.sample_cluster(target.cluster_dir), _own_cpu()
+    verbs_before = extender_verbs(target.cluster_dir)
     rec = Recorder(time.monotonic())
     job_watch = kube.Watch(target.api, GPUJOBS.format(ns=namespace), rec.on_job)
     pod_watch = kube.Watch(target.api, PODS.format(ns=namespace), rec.on_pod)
@@ -234,6 +274,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
                       lambda: rec.started_jobs() + rec.running_pods(), settings)
     wall = time.monotonic() - rec.t0
     after = procstats.sample_cluster(target.cluster_dir)
+    verbs_after = extender_verbs(target.cluster_dir)
     job_watch.stop()
     pod_watch.stop()
     pods = rec.pod_list()
@@ -259,6 +300,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
         "job_phases": phases,
         "jobs_not_started": not_started[:20],
         "processes": procstats.window(before, after), "clients": _client_cpu(own),
+        "extender": extender_window(verbs_before, verbs_after, n_pods),
         "audit": audit(target, namespace),
         "watch_errors": (job_watch.errors + pod_watch.errors)[:10],
     }

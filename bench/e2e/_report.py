@@ -41,7 +41,15 @@ def summary(out: dict[str, Any]) -> dict[str, Any]:
     kg_complete, plain_complete = bool(kg.get("complete")), bool(plain.get("complete"))
     ratio_overall = _ratio(_get(kg, "pods_bound", "overall_per_s"), _get(plain, "pods_bound", "overall_per_s"))
     ratio_steady = _ratio(_get(kg, "pods_bound", "steady_per_s"), _get(plain, "pods_bound", "steady_per_s"))
+    ms_per_pod = _get(kg, "extender", "scheduler_verbs_ms_per_pod")
+    plain_rate = _get(plain, "pods_bound", "overall_per_s")
+    # Serial model: kube-scheduler waits for the extender on each pod, so P pods/s becomes
+    # 1 / (1/P + E); the share of throughput lost is 1 - 1 / (1 + E x P).
+    serial_cost = (round(1 - 1 / (1 + ms_per_pod / 1000 * plain_rate), 4)
+                   if isinstance(ms_per_pod, int | float) and isinstance(plain_rate, int | float) else None)
     return {
+        "extender_scheduler_verbs_ms_per_pod": ms_per_pod,
+        "extender_cost_serial_model": serial_cost,
         "gpujob_starts_per_s": starts,
         "gpujob_starts_steady_per_s": _get(kg, "jobs_started", "steady_per_s"),
         "kubegang_pods_bound_per_s": _get(kg, "pods_bound", "overall_per_s"),
@@ -180,6 +188,11 @@ def markdown(out: dict[str, Any]) -> str:
         f"{_fmt(s['pods_bound_steady_ratio_kubegang_over_plain'])} in the steady middle. The kubegang path "
         "includes the operator's admission and pod creation, so this ratio bounds the extender's cost "
         "from above.",
+        f"- The extender's own time: {_fmt(s['extender_scheduler_verbs_ms_per_pod'], ' ms')} of server time per "
+        "pod in its scheduler verbs (filter, prioritize, preempt; from its request-duration histogram). "
+        "If kube-scheduler waited for all of it in series at the baseline's rate, it would lose "
+        f"{_fmt(s['extender_cost_serial_model'])} of its throughput (serial model, HTTPS and JSON on the "
+        "scheduler's side not included).",
         f"- Time until all Running: kubegang {_fmt(s['time_until_all_running_s']['kubegang'], ' s')}, "
         f"plain {_fmt(s['time_until_all_running_s']['plain'], ' s')}.",
         "",

@@ -144,6 +144,9 @@ async def _serve(settings: AgentSettings, once: bool, args: argparse.Namespace) 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.log_level != "DEBUG":  # one INFO line per HTTP request would drown the agent's own log
+        for noisy in ("httpx", "httpx2", "httpcore"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
     fatal = _fatal_xids(args.fatal_xids)
     try:
         if args.dump_nvml:

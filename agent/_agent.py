@@ -5,6 +5,9 @@ label selector (kwok nodes), each from the dump its ``kubegang.io/replay-dump`` 
 with the optional ``kubegang.io/replay-fabric`` override; the node list is re-read every poll
 interval so nodes that come and go (and annotation edits) are followed. A node with a missing or
 bad annotation is logged once and skipped, never fatal to the others.
+
+Writes happen only on change, so a GPUNode that someone deletes would otherwise stay gone until the
+resync timer; a watch on GPUNode deletions tells the node's publisher to write at its next poll.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class Agent:
         self._served: dict[str, _Served] = {}
         self._complained: dict[str, str] = {}
         self._last_discovery: float | None = None
+        self.watch_retry_s = 5.0
+        """Pause before a failed or ended deletion watch is restarted."""
 
     def healthy(self) -> bool:
         """True while the loops are alive: every served node polled recently (API write errors do
@@ -100,8 +105,9 @@ class Agent:
                 continue
             try:
                 fabric = FabricOverride.parse(fabric_text) if fabric_text else None
-                backend: Backend = ReplayBackend(resolve_dump(self.settings.replay_dir, dump_name), fabric,
-                                                 node_name=node.name)
+                backend: Backend = ReplayBackend(
+                    resolve_dump(self.settings.replay_dir, dump_name), fabric, node_name=node.name
+                )
             except ReplayError as exc:
                 self._complain_once(node.name, str(exc))
                 continue
@@ -113,8 +119,25 @@ class Agent:
             if name not in self._served:
                 self._start(name, key, backend)
 
+    async def _watch_deletions(self) -> None:
+        """Forever: a deleted GPUNode of a served node is written again at its next poll."""
+        while True:
+            try:
+                async for name in self._sink.deleted_gpunodes(self.settings.node_name):
+                    served = self._served.get(name)
+                    if served is not None:
+                        log.info("GPUNode %s was deleted; it is recreated at the next poll", name)
+                        served.publisher.forget_written()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Without the watch (no list/watch RBAC, API down) deletions are repaired by resync.
+                log.warning("watching GPUNode deletions failed (resync repairs them): %s", exc)
+            await asyncio.sleep(self.watch_retry_s)
+
     async def run(self) -> None:
         """Serve until cancelled."""
+        watcher = asyncio.create_task(self._watch_deletions(), name="watch-gpunode-deletions")
         try:
             if self.settings.node_name is not None:
                 factory = self._real_backend
@@ -135,5 +158,7 @@ class Agent:
                     self._last_discovery = time.monotonic()
                 await asyncio.sleep(self.settings.poll_interval_s)
         finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
             for name in list(self._served):
                 await self._stop(name)

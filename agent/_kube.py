@@ -1,14 +1,14 @@
 """The agent's only Kubernetes I/O: a thin adapter over lightkube's AsyncClient.
 
 Everything above it (what to write, when) is pure and tested without a cluster; this module just
-turns "create GPUNode n", "merge-patch its status", "merge-patch node n's labels" and "list the
-nodes I serve" into API calls, and maps a 404 on the status patch to :class:`GPUNodeMissing` so the
-publisher can recreate an object someone deleted.
+turns "create GPUNode n", "merge-patch its status", "merge-patch node n's labels", "list the nodes
+I serve" and "tell me when a GPUNode is deleted" into API calls, and maps a 404 on the status patch
+to :class:`GPUNodeMissing` so the publisher can recreate an object someone deleted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -52,10 +52,15 @@ class Sink(Protocol):
 
 
 class ClusterSink(Sink, Protocol):
-    """A sink that can also list the nodes a replay agent serves."""
+    """A sink that can also list the nodes a replay agent serves and report deleted GPUNodes."""
 
     async def list_nodes(self, selector: str) -> list[NodeInfo]:
         """Nodes matching a label selector (``type=kwok``)."""
+        ...
+
+    def deleted_gpunodes(self, name: str | None = None) -> AsyncIterator[str]:
+        """Names of GPUNodes as they are deleted (only ``name`` if given), until the stream ends
+        or fails; the caller restarts it."""
         ...
 
 
@@ -117,6 +122,15 @@ class KubeSink:
             patch_type=PatchType.MERGE,
             field_manager=self._field_manager,
         )
+
+    async def deleted_gpunodes(self, name: str | None = None) -> AsyncIterator[str]:
+        # A field selector on the name lets the DaemonSet's agent watch only its own object.
+        fields: dict[str, str | operators.BinaryOperator | operators.SequenceOperator] | None = (
+            {"metadata.name": name} if name else None
+        )
+        async for event, obj in self._client.watch(GPUNodeResource, fields=fields):
+            if event == "DELETED" and obj.metadata is not None and obj.metadata.name:
+                yield obj.metadata.name
 
     async def list_nodes(self, selector: str) -> list[NodeInfo]:
         nodes: list[NodeInfo] = []

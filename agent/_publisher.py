@@ -71,6 +71,12 @@ class NodePublisher:
         self.last_poll: float | None = None
         """Monotonic time of the last completed poll (for /healthz)."""
 
+    def forget_written(self) -> None:
+        """The GPUNode was deleted: create and write it at the next poll. Without this a node whose
+        readings never change would stay without its GPUNode until the resync timer."""
+        self._status_fp = None
+        self._created = False
+
     def _due(self, written_at: float | None, now: float) -> bool:
         return written_at is None or now - written_at >= self._settings.resync_interval_s
 

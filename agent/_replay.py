@@ -127,8 +127,9 @@ class ReplayBackend:
                     device.pop("GpuFabricInfo", None)
                     device["GpuFabricInfoV"] = self.fabric.fabric_info()
                 if self.node_name is not None and isinstance(device.get("UUID"), str):
-                    device["UUID"] = "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID,
-                                                                f"{self.node_name}/{device['UUID']}"))
+                    device["UUID"] = "GPU-" + str(
+                        uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"{self.node_name}/{device['UUID']}")
+                    )
             patched["devices"].append(device)
         return patched
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -57,12 +57,26 @@ class FakeCluster:
         self.nodes = nodes
         self.status: dict[str, Mapping[str, Any]] = {}
         self.labels: dict[str, dict[str, str]] = {}
+        self.created: list[str] = []
+        self.deletions: asyncio.Queue[str] = asyncio.Queue()
+        self.watched: list[str | None] = []
 
     async def create_gpunode(self, name: str) -> None:
-        pass
+        self.created.append(name)
 
     async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
         self.status[name] = status
+
+    def delete(self, name: str) -> None:
+        self.status.pop(name, None)
+        self.deletions.put_nowait(name)
+
+    async def deleted_gpunodes(self, name: str | None = None) -> AsyncIterator[str]:
+        self.watched.append(name)
+        while True:
+            deleted = await self.deletions.get()
+            if name is None or deleted == name:
+                yield deleted
 
     async def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         current = self.labels.setdefault(name, {})
@@ -120,6 +134,44 @@ async def test_one_process_serves_every_annotated_node(fixtures_dir: Path) -> No
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert agent._served == {}
+
+
+async def test_a_deleted_gpunode_is_written_again_without_waiting_for_resync(fixtures_dir: Path) -> None:
+    cluster = FakeCluster([node("hgx-0", "hgx-h100-8gpu"), node("hgx-1", "hgx-h100-8gpu")])
+    settings = AgentSettings(replay_dir=fixtures_dir, nodes_from_label="type=kwok", poll_interval_s=0.05,
+                             resync_interval_s=3600, metrics_port=0)  # fmt: skip
+    agent = Agent(settings, cluster, AgentMetrics())
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_for(lambda: set(cluster.status) == {"hgx-0", "hgx-1"})
+        assert sorted(cluster.created) == ["hgx-0", "hgx-1"] and cluster.watched == [None]
+        cluster.delete("hgx-0")
+        await wait_for(lambda: "hgx-0" in cluster.status)
+        assert sorted(cluster.created) == ["hgx-0", "hgx-0", "hgx-1"]  # the other node wrote nothing
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_failing_deletion_watch_is_retried_and_never_stops_publishing(fixtures_dir: Path) -> None:
+    class NoWatch(FakeCluster):
+        async def deleted_gpunodes(self, name: str | None = None) -> AsyncIterator[str]:
+            self.watched.append(name)
+            raise RuntimeError("gpunodes is forbidden: cannot watch")
+            yield name  # pragma: no cover (makes this an async generator)
+
+    cluster = NoWatch([node("hgx-0", "hgx-h100-8gpu")])
+    settings = AgentSettings(replay_dir=fixtures_dir, nodes_from_label="type=kwok", poll_interval_s=0.05,
+                             resync_interval_s=3600, metrics_port=0)  # fmt: skip
+    agent = Agent(settings, cluster, AgentMetrics())
+    agent.watch_retry_s = 0.01
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_for(lambda: len(cluster.watched) >= 3 and "hgx-0" in cluster.status)
+        await wait_for(agent.healthy)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def test_cli_help_and_print_once(fixtures_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

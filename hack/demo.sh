@@ -17,7 +17,7 @@ want=$(kubectl get nodes -l nvidia.com/gpu.present=true -o name | wc -l)
 until [[ $(kubectl get gpunodes -o name 2>/dev/null | wc -l) -ge $want ]]; do
   (( SECONDS < deadline )) || { echo "agent did not publish $want GPUNodes in 120s" >&2; exit 1; }; sleep 2
 done
-kubectl get gpunodes | head -5; echo "... $want GPU nodes"
+kubectl get gpunodes | sed -n 1,5p; echo "... $want GPU nodes"
 
 echo; echo "== queues and jobs (examples/demo/)"
 for ns in team-a team-b; do kubectl get namespace "$ns" >/dev/null 2>&1 || kubectl create namespace "$ns"; done

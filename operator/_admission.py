@@ -175,30 +175,42 @@ class Admission:
         excluded = job.excluded_nodes
         preferred = job.previous_domain
 
-        # (2) Quota up the GPUQueue tree.
+        # (2) Quota up the GPUQueue tree, for each flavour the job may use (Kueue's flavour assignment).
         with _timed("quota"):
-            verdict = self.quota.can_admit(job)
-        if verdict.never:
-            await self._mark_waiting(job, Phase.UNSCHEDULABLE, "ExceedsQueueCapacity", verdict.reason)
-            return Outcome(job.key, "Unschedulable", verdict.reason)
+            options = [(option, self.quota.can_admit(option)) for option in self.quota.flavor_options(job)]
+        possible = [(option, verdict) for option, verdict in options if not verdict.never]
+        if not possible:
+            reason = "; ".join(dict.fromkeys(verdict.reason for _, verdict in options))
+            await self._mark_waiting(job, Phase.UNSCHEDULABLE, "ExceedsQueueCapacity", reason)
+            return Outcome(job.key, "Unschedulable", reason)
         waiting_for = self._preempting.get(job.uid)
         if waiting_for and any(self.cache.pods.get(uid) for uid in waiting_for):
             # Their GPUs are not free until their pods are gone; planning now would race them.
             return await self._queued(job, "Preempting", "waiting for preempted gangs to terminate")
-        if not verdict.ok:
+        fitting = [option for option, verdict in possible if verdict.ok]
+        if not fitting:
+            first, verdict = possible[0]
             message = f"waiting for quota in queue {job.queue}: {verdict.reason}"
-            return await self._preempt_or_queue(job, "QuotaExhausted", message)
+            return await self._preempt_or_queue(first, "QuotaExhausted", message)
 
-        # (3) Plan the whole gang, take the quota, reserve the placement.
-        with _timed("plan"):
-            plan = await self.placement.plan(job, excluded_nodes=excluded, preferred_domain=preferred)
-        if plan.placement is None:
-            return await self._preempt_or_queue(job, "InsufficientGPUs", f"waiting for GPUs: {plan.reason}")
+        # (3) Plan the whole gang (first flavour that places it), take the quota, reserve the placement.
+        first_refusal = ""
+        chosen: tuple[JobView, GangPlacement] | None = None
+        for option in fitting:
+            with _timed("plan"):
+                plan = await self.placement.plan(option, excluded_nodes=excluded, preferred_domain=preferred)
+            if plan.placement is not None:
+                chosen = (option, plan.placement)
+                break
+            first_refusal = first_refusal or plan.reason
+        if chosen is None:
+            return await self._preempt_or_queue(fitting[0], "InsufficientGPUs", f"waiting for GPUs: {first_refusal}")
+        job, placement = chosen
         taken = self.quota.admit(job)
         if not taken.ok:
             return await self._queued(job, "QuotaExhausted", f"waiting for quota in queue {job.queue}: {taken.reason}")
         with _timed("reserve"):
-            reserved = await self.placement.reserve(job, plan.placement)
+            reserved = await self.placement.reserve(job, placement)
         if not reserved.ok:
             self.quota.release(job.uid)
             return await self._queued(job, "ReservationFailed", f"waiting for GPUs: {reserved.reason}")
@@ -206,7 +218,7 @@ class Admission:
         # (4) Record the admission: assume, then confirm in the API.
         try:
             with _timed("record"):
-                admitted = await self._record_admission(job, plan.placement)
+                admitted = await self._record_admission(job, placement)
         except Exception as exc:
             log.exception("recording the admission of %s failed; undoing", job.key)
             self.cache.forget(job.uid)
@@ -216,15 +228,15 @@ class Admission:
 
         # (5) Create the framework objects and every pod of the gang.
         with _timed("create"):
-            error = await self.create_gang(admitted, plan.placement)
+            error = await self.create_gang(admitted, placement)
         if error is not None:
             await self._undo_admission(admitted, error)
             return Outcome(job.key, "Error", error)
         self._preempting.pop(job.uid, None)
         metrics.JOBS_ADMITTED.labels(job.queue).inc()
         metrics.QUEUE_WAIT_SECONDS.labels(job.queue).observe(max((self.clock() - job.created).total_seconds(), 0))
-        message = f"admitted to queue {job.queue} on {len(plan.placement.nodes)} nodes" + (
-            f" in {plan.placement.domain}" if plan.placement.domain else ""
+        message = f"admitted to queue {job.queue} on {len(placement.nodes)} nodes" + (
+            f" in {placement.domain}" if placement.domain else ""
         )
         await self.kube.event(admitted, "Admitted", message)
         log.info("admitted %s: %s", job.key, message)

@@ -36,6 +36,8 @@ class ClusterCache:
     """GPUQueue objects by name."""
     priorities: dict[str, int] = dataclasses.field(default_factory=dict)
     """PriorityClass values by name."""
+    gpu_products: dict[str, str] = dataclasses.field(default_factory=dict)
+    """GPU product (label nvidia.com/gpu.product) by node name: which flavour names are products."""
     assumed: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     """Status the leader wrote but has not yet seen echoed, by job UID."""
     deleted: set[str] = dataclasses.field(default_factory=set)
@@ -115,6 +117,13 @@ class ClusterCache:
             self.priorities.pop(name, None)
         else:
             self.priorities[name] = value
+
+    def set_node_product(self, node: str, product: str | None) -> None:
+        """Record (or, with None, forget) the GPU product of a node."""
+        if product:
+            self.gpu_products[node] = product
+        else:
+            self.gpu_products.pop(node, None)
 
     # -- read by the leader ---------------------------------------------------------------------
     def assume(self, job: JobView, status: Mapping[str, Any]) -> JobView:

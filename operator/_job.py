@@ -10,15 +10,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 import pydantic
 
-from kubegang.api import GPUJob
+from kubegang.api import GPUJob, parse_quantity
 from kubegang.operator._conditions import Phase
-
-DEFAULT_FLAVOR = "nvidia.com/gpu"
-"""The quota flavour of a job that names no ``gpuProduct`` in a tree that has several flavours."""
+from kubegang.placement import Toleration
 
 
 class JobSpecError(ValueError):
@@ -69,6 +68,15 @@ class JobView:
     """spec.ttlSecondsAfterFinished: delete the finished job after this long."""
     status: Mapping[str, Any]
     """status as last seen (phase, conditions, admission, restarts)."""
+    cpu_milli: int = 0
+    """CPU one pod requests, in millicores (containers summed, the largest init container if more)."""
+    memory_mib: int = 0
+    """Memory one pod requests, in MiB (same rule as ``cpu_milli``)."""
+    tolerations: tuple[Toleration, ...] = ()
+    """The template's tolerations: placement must see the tainted GPU nodes the pods may use."""
+    flavor: str | None = None
+    """The quota flavour assigned for this admission attempt (Kueue's flavour assignment); None on
+    the view read from the API, set on the views ``QuotaPort.flavor_options`` returns."""
 
     @property
     def key(self) -> str:
@@ -134,6 +142,9 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         if not getattr(meta, field):
             raise JobSpecError(f"metadata.{field} is required")
     raw_spec = body.get("spec") or {}
+    template = raw_spec.get("template") or {}
+    pod_spec = template.get("spec") or {}
+    cpu_milli, memory_mib = pod_requests(pod_spec)
     return JobView(
         name=str(meta.name),
         namespace=str(meta.namespace),
@@ -143,7 +154,7 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         replicas=spec.replicas,
         gpus_per_replica=spec.whole_gpus_per_replica(),
         gpu_product=spec.gpu_product,
-        template=raw_spec.get("template") or {},
+        template=template,
         queue=spec.queue,
         priority_class=spec.priority_class_name,
         priority=spec.priority,
@@ -155,4 +166,67 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         suspend=spec.suspend,
         ttl_seconds_after_finished=spec.ttl_seconds_after_finished,
         status=body.get("status") or {},
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
+        tolerations=tolerations_of(pod_spec),
     )
+
+
+_MIB = 1 << 20
+
+
+def _request(container: Mapping[str, Any], resource: str, where: str) -> Decimal:
+    resources = container.get("resources") or {}
+    # Kubernetes defaults a missing request to the limit; a pod with neither asks for nothing.
+    raw = (resources.get("requests") or {}).get(resource, (resources.get("limits") or {}).get(resource))
+    if raw is None:
+        return Decimal(0)
+    try:
+        value = parse_quantity(raw if isinstance(raw, int | str) else str(raw))
+    except ValueError as exc:
+        raise JobSpecError(f"{where}.resources.requests.{resource}: {exc}") from None
+    if value < 0:
+        raise JobSpecError(f"{where}.resources.requests.{resource}: must not be negative, got {raw!r}")
+    return value
+
+
+def pod_requests(pod_spec: Mapping[str, Any]) -> tuple[int, int]:
+    """(CPU millicores, memory MiB) one pod requests, with kube-scheduler's rule: the sum over
+    containers, or the largest init container when that is more. Rounded up, so placement never
+    counts a pod smaller than kube-scheduler will."""
+    totals = []
+    for resource, unit in (("cpu", Decimal("0.001")), ("memory", Decimal(_MIB))):
+        spec = "spec.template.spec"
+        running = sum(
+            (_request(c, resource, f"{spec}.containers[{i}]") for i, c in enumerate(pod_spec.get("containers") or ())),
+            Decimal(0),
+        )
+        init = max(
+            (
+                _request(c, resource, f"{spec}.initContainers[{i}]")
+                for i, c in enumerate(pod_spec.get("initContainers") or ())
+            ),
+            default=Decimal(0),
+        )
+        totals.append(int(-(-max(running, init) // unit)))
+    return totals[0], totals[1]
+
+
+def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
+    """The template's tolerations in the core's form; JobSpecError names a bad one."""
+    out = []
+    for i, raw in enumerate(pod_spec.get("tolerations") or ()):
+        if not isinstance(raw, Mapping):
+            raise JobSpecError(f"spec.template.spec.tolerations[{i}]: expected an object")
+        try:
+            out.append(
+                Toleration(
+                    key=str(raw.get("key") or ""),
+                    operator=str(raw.get("operator") or "Equal"),
+                    value=str(raw.get("value") or ""),
+                    effect=str(raw.get("effect") or ""),
+                )
+            )
+        except ValueError as exc:
+            raise JobSpecError(f"spec.template.spec.tolerations[{i}]: {exc}") from None
+    return tuple(out)

@@ -48,6 +48,10 @@ class QuotaPort(Protocol):
         """The heads of the leaf queues among ``pending``, in fair-share order."""
         ...
 
+    def flavor_options(self, job: JobView) -> list[JobView]:
+        """``job`` once per quota flavour it may use, in the order to try them (never empty)."""
+        ...
+
     def can_admit(self, job: JobView) -> Verdict:
         """Whether ``job`` fits in quota up the tree now (``never`` when it cannot ever)."""
         ...

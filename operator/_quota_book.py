@@ -4,14 +4,18 @@ Translates GPUQueue objects into ``QueueSpec`` values and jobs into per-flavour 
 tree as derived state: it is rebuilt from the API (queues, then the jobs that hold an admission)
 whenever queues change or this replica becomes leader.
 
-A job's flavour is its ``gpuProduct``; a job that names none uses the only flavour of its queue's
-tree when there is exactly one, else ``nvidia.com/gpu``.
+Flavours are assigned as Kueue does: a job that names a ``gpuProduct`` uses that flavour; one that
+names none may use any flavour its own queue path (leaf, then ancestors) lists, tried in the order the
+leaf lists them. When a flavour is a GPU product seen on the nodes (label ``nvidia.com/gpu.product``),
+the gang is also placed on GPUs of that product, so quota and placement count the same GPUs. Unrelated
+queues of other trees never change a job's choice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import pydantic
@@ -46,6 +50,12 @@ log = logging.getLogger("kubegang.operator.quota")
 DEFAULT_FLAVOR = "nvidia.com/gpu"
 
 PriorityOf = Callable[[JobView], int]
+NodeProducts = Callable[[], Mapping[str, str]]
+"""Node name → GPU product (label ``nvidia.com/gpu.product``) of the GPU nodes seen."""
+
+
+def _no_nodes() -> Mapping[str, str]:
+    return {}
 
 
 def queue_spec(body: Mapping[str, Any]) -> QueueSpec:
@@ -71,8 +81,11 @@ def queue_spec(body: Mapping[str, Any]) -> QueueSpec:
 class QuotaBook:
     """QuotaPort backed by :class:`kubegang.quota.QuotaTree`."""
 
-    def __init__(self, priority_of: PriorityOf) -> None:
+    def __init__(self, priority_of: PriorityOf, node_products: NodeProducts = _no_nodes) -> None:
         self.priority_of = priority_of
+        self.node_products = node_products
+        self._assigned: dict[str, str] = {}
+        """Job UID → flavour of its current admission (kept across tree rebuilds of this leader)."""
         self.tree = QuotaTree([])
         self._namespaces: dict[str, frozenset[str]] = {}
         self._queue_priority: dict[str, int] = {}
@@ -106,12 +119,52 @@ class QuotaBook:
         self._held = {}
         return problems
 
+    def path_flavors(self, queue: str) -> list[str]:
+        """Flavours a job of ``queue`` may use: those listed on its path, the leaf's order first.
+
+        A path that lists none (a tree whose quota sits in other subtrees) falls back to the flavours
+        of its root's whole tree, then to ``nvidia.com/gpu``.
+        """
+        if queue not in self.tree.queues:
+            return [DEFAULT_FLAVOR]
+        path = self.tree.path(queue)
+        out = _listed(self.tree.spec(q).quotas for q in path)
+        if not out:
+            root = path[-1]
+            out = _listed(self.tree.spec(q).quotas for q in self.tree.queues if self.tree.path(q)[-1] == root)
+        return out or [DEFAULT_FLAVOR]
+
+    def flavor_options(self, job: JobView) -> list[JobView]:
+        """The job once per flavour it may use, in the order to try them (Kueue's flavour assignment).
+
+        Each view has ``flavor`` set; when the flavour is a GPU product the nodes carry, its
+        ``gpu_product`` is set too, so the extender places the gang on GPUs of that flavour.
+        """
+        if job.gpu_product:
+            return [dataclasses.replace(job, flavor=job.gpu_product)]
+        products = set(self.node_products().values())
+        return [
+            dataclasses.replace(job, flavor=f, gpu_product=f if f in products else None)
+            for f in self.path_flavors(job.queue)
+        ]
+
     def flavor_of(self, job: JobView) -> str:
-        """The quota flavour the job's GPUs count against."""
+        """The quota flavour the job's GPUs count against.
+
+        The assigned flavour when the job carries or holds one; for an admission read back from the
+        API (a new leader), the product of the nodes it was placed on when that is one of its path's
+        flavours, else the first flavour of its path.
+        """
+        if job.flavor:
+            return job.flavor
         if job.gpu_product:
             return job.gpu_product
-        flavors = self.tree.flavors
-        return flavors[0] if len(flavors) == 1 else DEFAULT_FLAVOR
+        assigned = self._assigned.get(job.uid)
+        if assigned:
+            return assigned
+        flavors = self.path_flavors(job.queue)
+        placed = _placed_products(job, self.node_products())
+        return next((f for f in flavors if f in placed), flavors[0])
 
     def usage_of(self, job: JobView) -> dict[str, int]:
         """GPUs per flavour of the whole gang."""
@@ -160,24 +213,32 @@ class QuotaBook:
         refusal = self._namespace_refusal(job)
         if refusal is not None:
             return refusal
-        verdict = _verdict(self.tree.admit(job.uid, job.queue, self.usage_of(job)))
+        held = dataclasses.replace(job, flavor=self.flavor_of(job))
+        verdict = _verdict(self.tree.admit(job.uid, job.queue, self.usage_of(held)))
         if verdict.ok:
-            self._held[job.uid] = job
+            self._keep(held)
         return verdict
 
     def record(self, job: JobView) -> None:
         if job.uid in self.tree:
             return
+        held = dataclasses.replace(job, flavor=self.flavor_of(job))
         try:
-            self.tree.record(job.uid, job.queue, self.usage_of(job))
+            self.tree.record(job.uid, job.queue, self.usage_of(held))
         except ValueError as exc:
             log.error("cannot account job %s in queue %s: %s", job.key, job.queue, exc)
             return
-        self._held[job.uid] = job
+        self._keep(held)
+
+    def _keep(self, held: JobView) -> None:
+        assert held.flavor is not None
+        self._held[held.uid] = held
+        self._assigned[held.uid] = held.flavor
 
     def release(self, job_uid: str) -> None:
         self.tree.release(job_uid)
         self._held.pop(job_uid, None)
+        self._assigned.pop(job_uid, None)
 
     def _pending_job(self, job: JobView) -> PendingJob:
         return PendingJob(job.uid, job.queue, self.usage_of(job), self.priority(job), job.created.timestamp())
@@ -211,6 +272,23 @@ class QuotaBook:
                 usage=dict(status.usage), borrowed=dict(status.borrowed), fair_share=status.fair_share
             )
         return out
+
+
+def _listed(quotas: Iterable[Mapping[str, object]]) -> list[str]:
+    out: list[str] = []
+    for listing in quotas:
+        out.extend(f for f in listing if f not in out)
+    return out
+
+
+def _placed_products(job: JobView, node_products: Mapping[str, str]) -> set[str]:
+    placement = job.status.get("placement")
+    pods = placement.get("pods") if isinstance(placement, Mapping) else None
+    return {
+        node_products[str(pod.get("node"))]
+        for pod in pods or ()
+        if isinstance(pod, Mapping) and str(pod.get("node")) in node_products
+    }
 
 
 def _verdict(decision: Decision) -> Verdict:

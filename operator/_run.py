@@ -54,7 +54,7 @@ async def run(settings: OperatorSettings) -> None:
     except ConfigError as exc:
         raise ValueError(f"kubeconfig: {exc}") from None
     kube = KubeApi(client, RateLimiter(settings.api_qps, settings.api_burst))
-    quota = QuotaBook(priority_of=cache.priority_of)
+    quota = QuotaBook(priority_of=cache.priority_of, node_products=lambda: cache.gpu_products)
     admission = Admission(
         cache,
         quota,

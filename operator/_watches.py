@@ -16,7 +16,7 @@ from typing import Any
 import kopf
 from lightkube import AsyncClient
 from lightkube.generic_resource import GenericGlobalResource
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.scheduling_v1 import PriorityClass
 
 from kubegang.operator._cache import ClusterCache
@@ -24,6 +24,9 @@ from kubegang.operator._kube import GPUJobResource, GPUQueueResource
 from kubegang.podcontract import JOB_UID_LABEL
 
 log = logging.getLogger("kubegang.operator.watches")
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+"""The node label (GPU feature discovery's) naming the GPU model; flavours that match it are products."""
 
 
 def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_seconds: float) -> Any:
@@ -73,6 +76,11 @@ def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_s
         else:
             cache.upsert_pod(body)
 
+    @kopf.on.event("", "v1", "nodes", labels={GPU_PRODUCT_LABEL: kopf.PRESENT}, registry=registry)
+    def node_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
+        labels = (body.get("metadata") or {}).get("labels") or {}
+        cache.set_node_product(name, None if type == "DELETED" else labels.get(GPU_PRODUCT_LABEL))
+
     @kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses", registry=registry)
     def priority_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
         cache.set_priority(name, None if type == "DELETED" else int(body.get("value") or 0))
@@ -94,6 +102,9 @@ async def resync_from_api(client: AsyncClient, cache: ClusterCache) -> None:
     """
     async for queue in client.list(GPUQueueResource):
         cache.upsert_queue(_as_dict(queue))
+    async for node in client.list(Node, labels={GPU_PRODUCT_LABEL: None}):
+        if node.metadata is not None and node.metadata.name:
+            cache.set_node_product(node.metadata.name, (node.metadata.labels or {}).get(GPU_PRODUCT_LABEL))
     async for pc in client.list(PriorityClass):
         if pc.metadata is not None and pc.metadata.name:
             cache.set_priority(pc.metadata.name, int(pc.value or 0))

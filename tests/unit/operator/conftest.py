@@ -105,6 +105,9 @@ class FakeQuota:
             return Verdict(False, f"needs {job.total_gpus} GPUs, {free} free")
         return Verdict(True)
 
+    def flavor_options(self, job: JobView) -> list[JobView]:
+        return [job]
+
     def can_admit(self, job: JobView) -> Verdict:
         return self._check(job)
 

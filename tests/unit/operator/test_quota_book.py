@@ -69,3 +69,54 @@ def test_invalid_tree_keeps_the_previous_one(job_body: Any) -> None:
     problems = b.set_queues([queue("loop-a", 1, "loop-b"), queue("loop-b", 1, "loop-a")])
     assert problems
     assert b.can_admit(job_view(job_body("x", queue="team-a", replicas=1, gpus=8))).ok
+
+
+def flavoured(name: str, flavors: list[tuple[str, int]], parent: str | None = None) -> dict[str, Any]:
+    body = queue(name, 0, parent)
+    body["spec"]["resources"] = [{"flavor": f, "nominal": n} for f, n in flavors]
+    return body
+
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+GB200 = "NVIDIA-GB200"
+
+
+def test_an_unrelated_queue_with_another_flavour_does_not_change_a_jobs_flavour(job_body: Any) -> None:
+    b = QuotaBook(priority_of=lambda job: 0, node_products=lambda: {"n1": H100})
+    assert b.set_queues([flavoured("mine", [(H100, 64)]), flavoured("theirs", [(GB200, 72)])]) == []
+    job = job_view(job_body("j", queue="mine", replicas=2, gpus=8))
+    [option] = b.flavor_options(job)
+    assert option.flavor == H100 and option.gpu_product == H100  # placed on the GPUs quota counts
+    assert b.can_admit(option).ok
+    assert b.admit(option).ok
+    assert b.usage()["mine"].usage == {H100: 16}
+
+
+def test_flavours_are_tried_in_the_leafs_order_then_its_ancestors(job_body: Any) -> None:
+    b = QuotaBook(priority_of=lambda job: 0, node_products=lambda: {"n1": H100})
+    assert (
+        b.set_queues([flavoured("org", [("spare", 8)]), flavoured("leaf", [("abstract", 8), (H100, 8)], "org")]) == []
+    )
+    options = b.flavor_options(job_view(job_body("j", queue="leaf", replicas=1, gpus=8)))
+    assert [(o.flavor, o.gpu_product) for o in options] == [("abstract", None), (H100, H100), ("spare", None)]
+
+
+def test_a_job_naming_a_product_uses_only_that_flavour(job_body: Any) -> None:
+    b = QuotaBook(priority_of=lambda job: 0)
+    assert b.set_queues([flavoured("mine", [(H100, 64), (GB200, 8)])]) == []
+    [option] = b.flavor_options(job_view(job_body("j", queue="mine", gpuProduct=GB200)))
+    assert option.flavor == GB200
+
+
+def test_a_new_leader_recovers_the_flavour_from_the_nodes_the_gang_holds(job_body: Any) -> None:
+    b = QuotaBook(priority_of=lambda job: 0, node_products=lambda: {"a-1": "A", "b-1": "B"})
+    assert b.set_queues([flavoured("mine", [("A", 8), ("B", 8)])]) == []
+    status = {"phase": "Running", "placement": {"pods": [{"index": 0, "node": "b-1", "gpus": []}]}}
+    b.record(job_view(job_body("j", queue="mine", replicas=1, gpus=8, status=status)))
+    assert b.usage()["mine"].usage == {"B": 8}
+    # A leader keeps its own assignment across tree rebuilds, whatever the nodes say.
+    held = job_view(job_body("k", queue="mine", replicas=1, gpus=4))
+    assert b.admit(b.flavor_options(held)[0]).ok
+    b.set_queues([flavoured("mine", [("A", 16), ("B", 8)])])
+    b.record(held)
+    assert b.usage()["mine"].usage == {"A": 4}

@@ -32,7 +32,10 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Served:
-    key: tuple[str, str | None]
+    key: tuple[str, str | None, str]
+    """(dump, fabric, node uid): a change of any starts a fresh publisher. The uid matters
+    because a node deleted and created again under the same name has lost the labels the old
+    publisher believes it wrote."""
     publisher: NodePublisher
     task: asyncio.Task[None]
 
@@ -71,7 +74,7 @@ class Agent:
             s.publisher.last_poll is not None and now - s.publisher.last_poll < horizon for s in self._served.values()
         )
 
-    def _start(self, node: str, key: tuple[str, str | None], backend: Backend) -> None:
+    def _start(self, node: str, key: tuple[str, str | None, str], backend: Backend) -> None:
         publisher = NodePublisher(node, backend, self._sink, self.settings, self._metrics)
         task = asyncio.create_task(publisher.run(), name=f"publish-{node}")
         self._served[node] = _Served(key, publisher, task)
@@ -91,14 +94,14 @@ class Agent:
 
     async def _sync_replay_nodes(self, nodes: list[NodeInfo]) -> None:
         assert self.settings.replay_dir is not None
-        wanted: dict[str, tuple[tuple[str, str | None], Backend]] = {}
+        wanted: dict[str, tuple[tuple[str, str | None, str], Backend]] = {}
         for node in nodes:
             dump_name = node.annotations.get(REPLAY_DUMP_ANNOTATION)
             fabric_text = node.annotations.get(REPLAY_FABRIC_ANNOTATION)
             if not dump_name:
                 self._complain_once(node.name, f"no {REPLAY_DUMP_ANNOTATION} annotation")
                 continue
-            key = (dump_name, fabric_text)
+            key = (dump_name, fabric_text, node.uid)
             served = self._served.get(node.name)
             if served is not None and served.key == key:
                 wanted[node.name] = (key, served.publisher.backend)
@@ -144,7 +147,7 @@ class Agent:
                 if factory is None:
                     raise ValueError("real mode needs a backend factory")
                 backend = await asyncio.to_thread(factory)
-                self._start(self.settings.node_name, ("nvml", None), backend)
+                self._start(self.settings.node_name, ("nvml", None, ""), backend)
                 await self._served[self.settings.node_name].task
                 return
             assert self.settings.nodes_from_label is not None

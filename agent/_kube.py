@@ -8,17 +8,20 @@ to :class:`GPUNodeMissing` so the publisher can recreate an object someone delet
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lightkube import ApiError, AsyncClient, operators
 from lightkube.generic_resource import create_global_resource
-from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from kubegang.api.gpunode import GPUNode
+
+log = logging.getLogger(__name__)
 
 GPUNodeResource = create_global_resource("kubegang.io", "v1alpha1", GPUNode.crd.kind, GPUNode.crd.plural)
 
@@ -33,13 +36,15 @@ class NodeInfo:
 
     name: str
     annotations: Mapping[str, str]
+    uid: str = ""
+    """Changes when the node is deleted and created again under the same name."""
 
 
 class Sink(Protocol):
     """Where the publisher writes; :class:`KubeSink` in production, a recorder in unit tests."""
 
     async def create_gpunode(self, name: str) -> None:
-        """Create an empty GPUNode ``name``; succeed if it already exists."""
+        """Create an empty GPUNode ``name``, owned by its Node; succeed if it already exists."""
         ...
 
     async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
@@ -92,9 +97,23 @@ class KubeSink:
         self._field_manager = field_manager
 
     async def create_gpunode(self, name: str) -> None:
+        # Owned by its Node, so the garbage collector deletes the GPUNode with the node (the agent
+        # that would clean it up is gone by then). No blockOwnerDeletion: that would need
+        # nodes/finalizers, more than the agent may do.
+        owners: list[OwnerReference] = []
+        try:
+            node = await self._client.get(Node, name)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+            log.warning("node %s not found; its GPUNode is created without an owner", name)
+        else:
+            if node.metadata is not None and node.metadata.uid:
+                owners.append(OwnerReference(apiVersion="v1", kind="Node", name=name, uid=node.metadata.uid))
         try:
             await self._client.create(
-                GPUNodeResource(metadata=ObjectMeta(name=name)), field_manager=self._field_manager
+                GPUNodeResource(metadata=ObjectMeta(name=name, ownerReferences=owners or None)),
+                field_manager=self._field_manager,
             )
         except ApiError as exc:
             if exc.status.code != 409:
@@ -137,5 +156,5 @@ class KubeSink:
         async for node in self._client.list(Node, labels=parse_selector(selector)):
             meta = node.metadata
             if meta is not None and meta.name:
-                nodes.append(NodeInfo(meta.name, dict(meta.annotations or {})))
+                nodes.append(NodeInfo(meta.name, dict(meta.annotations or {}), meta.uid or ""))
         return nodes

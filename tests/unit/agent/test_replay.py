@@ -153,6 +153,24 @@ async def test_a_deleted_gpunode_is_written_again_without_waiting_for_resync(fix
         await asyncio.gather(task, return_exceptions=True)
 
 
+async def test_a_node_created_again_under_the_same_name_gets_its_labels_back(fixtures_dir: Path) -> None:
+    first = node("hgx-0", "hgx-h100-8gpu")
+    cluster = FakeCluster([NodeInfo(first.name, first.annotations, uid="uid-1")])
+    settings = AgentSettings(replay_dir=fixtures_dir, nodes_from_label="type=kwok", poll_interval_s=0.05,
+                             resync_interval_s=3600, metrics_port=0)  # fmt: skip
+    agent = Agent(settings, cluster, AgentMetrics())
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_for(lambda: "hgx-0" in cluster.labels)
+        # Deleted and registered again: same name and annotations, new uid, no labels.
+        del cluster.labels["hgx-0"]
+        cluster.nodes = [NodeInfo(first.name, first.annotations, uid="uid-2")]
+        await wait_for(lambda: cluster.labels.get("hgx-0", {}).get("nvidia.com/gpu.count") == "8")
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_a_failing_deletion_watch_is_retried_and_never_stops_publishing(fixtures_dir: Path) -> None:
     class NoWatch(FakeCluster):
         async def deleted_gpunodes(self, name: str | None = None) -> AsyncIterator[str]:

@@ -327,17 +327,41 @@ class Admission:
             if not candidates:
                 return []
             by_uid = {c.job.uid: c for c in candidates}
-            chosen = await self.placement.what_if(job, [c.job for c in candidates])
-            if not chosen:
+            # Quota first: the fewest candidates (in policy order) whose quota the job needs; the
+            # extender is asked about GPUs with those first in line, since they go anyway.
+            for_quota = self._quota_victims(job, list(by_uid))
+            if for_quota is None:
                 return []
-            unknown = [uid for uid in chosen if uid not in by_uid]
+            order = for_quota + [uid for uid in by_uid if uid not in for_quota]
+            for_gpus = await self.placement.what_if(job, [by_uid[uid].job for uid in order])
+            if for_gpus is None:
+                return []  # not placeable even with every candidate gone: evict nobody
+            unknown = [uid for uid in for_gpus if uid not in by_uid]
             if unknown:
                 # The extender may only pick among what policy allows; anything else is a bug there.
                 log.error("WhatIf for %s returned non-candidates %s; not preempting", job.key, unknown)
                 return []
-            if not self.quota.can_admit_without(job, chosen).ok:
+            chosen = list(dict.fromkeys([*for_quota, *for_gpus]))
+            if not chosen or not self.quota.can_admit_without(job, chosen).ok:
                 return []
             return [(by_uid[uid].job, by_uid[uid].why) for uid in chosen]
+
+    def _quota_victims(self, job: JobView, candidates: Sequence[str]) -> list[str] | None:
+        """The shortest prefix of ``candidates`` whose eviction lets ``job`` fit in quota, pruned of
+        members a later, larger one makes unnecessary; [] when quota is not the problem, None when
+        no eviction among them is enough."""
+        chosen: list[str] = []
+        for uid in candidates:
+            if self.quota.can_admit_without(job, chosen).ok:
+                break
+            chosen.append(uid)
+        if not self.quota.can_admit_without(job, chosen).ok:
+            return None
+        for uid in list(chosen[:-1]):
+            trial = [u for u in chosen if u != uid]
+            if self.quota.can_admit_without(job, trial).ok:
+                chosen = trial
+        return chosen
 
     async def evict(self, victim: JobView, *, preemptor: JobView, why: str) -> None:
         """Evict ``victim`` whole for ``preemptor`` and requeue it, saying who and why."""

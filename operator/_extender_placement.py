@@ -102,6 +102,6 @@ class ExtenderPlacement:
         except grpc.aio.AioRpcError as exc:
             log.error("WhatIf for %s failed: %s", job.key, exc.details())
             return None
-        if not isinstance(outcome.result, Placement) or not outcome.victims:
+        if not isinstance(outcome.result, Placement):
             return None
-        return list(outcome.victims)
+        return list(outcome.victims)  # empty: placeable without evicting anyone

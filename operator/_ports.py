@@ -97,7 +97,8 @@ class PlacementPort(Protocol):
         ...
 
     async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> list[str] | None:
-        """UIDs of the smallest set of ``candidates`` whose eviction makes ``job`` placeable, or None."""
+        """UIDs of the smallest set of ``candidates`` whose eviction makes ``job`` placeable ([] when it
+        is placeable already), or None when evicting all of them would not be enough."""
         ...
 
 

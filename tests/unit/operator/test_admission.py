@@ -132,3 +132,19 @@ async def test_unschedulable_or_refused_head_steps_aside_for_the_next_job(job_bo
     outcomes = await w.admission.run_cycle()
     assert [o.job for o in outcomes] == ["team-a/huge"]
     assert len(w.kube.status["team-a/huge"]) == writes  # same verdict, same message: no write
+
+
+async def test_quota_bound_preemption_evicts_only_what_quota_needs_when_gpus_are_plentiful(
+    job_body: Any, make_world: Any
+) -> None:
+    # 256 free GPUs: placement never needs an eviction, only the queue's 32-GPU quota does.
+    w = make_world({"team-a": 32}, {f"node-{i}": 8 for i in range(32)})
+    for i in range(4):
+        w.submit(job_body(f"low-{i}", replicas=1, gpus=8, created=f"2025-01-01T00:00:0{i}Z"))
+        await w.admission.run_cycle()
+    w.echo_pods()
+    w.submit(job_body("high", replicas=2, gpus=8, created="2025-01-01T00:01:00Z"), priority=100)
+    outcomes = await w.admission.run_cycle()
+    assert ("team-a/high", "Preempting") in [(o.job, o.result) for o in outcomes]
+    evicted = {k for k in w.kube.status if "Preempted" in str(w.last_status(k).get("conditions"))}
+    assert len(evicted) == 2 and evicted <= {f"team-a/low-{i}" for i in range(4)}

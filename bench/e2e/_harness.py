@@ -8,6 +8,7 @@ of the cluster's processes over the window, then delete what it made and wait un
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import time
@@ -171,13 +172,24 @@ def _pods_left(target: Target, namespace: str) -> int:
     return len(items)
 
 
+def _delete_all(target: Target, path: str) -> None:
+    with contextlib.suppress(httpx.HTTPError):  # the caller checks the result and asks again
+        kube.delete_collection(target.api, path)
+
+
 def cleanup(target: Target, namespace: str, gpujobs: bool, timeout: float = 300) -> float:
     """Delete jobs (first, so nothing recreates pods), pods and the namespace; wait until no pod is left."""
     t0 = time.monotonic()
     if gpujobs:
-        kube.delete_collection(target.api, GPUJOBS.format(ns=namespace))
-    kube.delete_collection(target.api, PODS.format(ns=namespace))
-    kube.wait_until(f"pods of {namespace} deleted", lambda: _pods_left(target, namespace) == 0, timeout, 1.0)
+        _delete_all(target, GPUJOBS.format(ns=namespace))
+
+    def gone() -> bool:
+        # A big collection outlasts the API server's request timeout, which then drops the call
+        # half done: ask again until nothing is left.
+        _delete_all(target, PODS.format(ns=namespace))
+        return _pods_left(target, namespace) == 0
+
+    kube.wait_until(f"pods of {namespace} deleted", gone, timeout, 1.0)
     kube.kubectl(target.kubectl, target.kubeconfig, "delete", "namespace", namespace, "--wait=false")
     return round(time.monotonic() - t0, 1)
 

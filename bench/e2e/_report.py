@@ -151,6 +151,9 @@ def markdown(out: dict[str, Any]) -> str:
         f"{out.get('leaves')} leaf GPUQueues of one root; {out.get('operators')} operator replicas "
         "(one leader admits).",
         "",
+        *([f"**Note:** {out['note']}", ""] if out.get("note") else []),
+        *([f"**Scaled down:** issue 8 asks for 2,000 jobs; this run has {w.get('jobs')}.", ""]
+          if w.get("jobs") not in (None, 2000) else []),
         "## Method",
         "",
         f"1. Baseline: every pod of every job as a plain pod (`schedulerName: default-scheduler`, no "

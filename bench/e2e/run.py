@@ -91,6 +91,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cluster-dir", type=Path, default=Path("/tmp/kubegang-bench-cluster"))
     p.add_argument("--keep", action="store_true", help="leave the control plane running afterwards")
     p.add_argument("--only", choices=["plain", "kubegang"], default=None, help="run one half only")
+    p.add_argument("--note", default="", help="a sentence for the report (e.g. why the run was scaled down)")
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--doc", type=Path, default=DOC)
     return p.parse_args(argv)
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {
         "command": command.strip(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
         "versions": versions(), "seed": args.seed, "shape": shape, "operators": args.operators,
-        "appliers": args.appliers, "fill": args.fill, "leaves": args.leaves, "errors": [],
+        "appliers": args.appliers, "fill": args.fill, "leaves": args.leaves, "note": args.note, "errors": [],
     }
     started_here = not running(cluster_dir)
     target = harness.Target(cluster_dir / "kubeconfig", cluster_dir, kubectl_path())

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grpc_tools import protoc  # type: ignore[import-untyped]
+from grpc_tools import protoc
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 """The repository checkout (this file is ``extender/gen_proto.py``)."""

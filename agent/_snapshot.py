@@ -149,7 +149,14 @@ def _bits(words: Any) -> list[int]:
     """Set bit positions of a little-endian list of 64-bit words (NVML affinity masks)."""
     if not isinstance(words, list):
         raise TypeError(f"expected a list of 64-bit words, got {words!r}")
-    return [w * 64 + b for w, word in enumerate(words) for b in range(64) if _int(word) >> b & 1]
+    bits: list[int] = []
+    for w, word in enumerate(words):
+        value = _int(word) & 0xFFFF_FFFF_FFFF_FFFF  # a word is 64 bits (two's complement if negative)
+        while value:  # only the set bits: a replay agent parses thousands of these masks per poll
+            low = value & -value
+            bits.append(w * 64 + low.bit_length() - 1)
+            value ^= low
+    return bits
 
 
 def cpu_list(cpus: list[int]) -> str:

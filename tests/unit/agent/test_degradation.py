@@ -138,3 +138,19 @@ def test_the_legacy_fabric_call_is_used_when_the_versioned_one_fails(load_dump_f
         device["GpuFabricInfoV"] = ERRORS["NotSupported"]
     status = build_status(parse_dump(dump), now=NOW)
     assert status.nvlink_domain is not None and status.nvlink_domain.health is None
+
+
+@pytest.mark.parametrize(
+    ("words", "cpus"),
+    [
+        ([2**64 - 1, 255, 0, 0], "0-71"),  # the GB200 tray: 72 Grace cores
+        ([0, 1 << 63], "127"),
+        ([-1], "0-63"),  # a signed reading of a full word is still 64 CPUs
+        ([(1 << 70) | 5], "0,2"),  # bits above a word's 64 are not CPUs
+    ],
+)
+def test_cpu_affinity_masks_decode_word_by_word(load_dump_fixture: Load, words: list[int], cpus: str) -> None:
+    dump = load_dump_fixture("hgx-h100-8gpu")
+    dump["devices"][0]["CpuAffinity"] = words
+    status = build_status(parse_dump(dump), now=NOW)
+    assert status.gpus[0].cpu_affinity == cpus

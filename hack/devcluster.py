@@ -16,8 +16,6 @@ Usage: hack/cluster up [--shape FILE ...] | down | status | env | nodes FILE ...
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import ipaddress
 import json
 import os
 import signal
@@ -32,16 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 HACK = Path(__file__).resolve().parent
 REPO = HACK.parent
 sys.path.insert(0, str(REPO))
 
 from kubegang.shapes import FAKE_NODE_LABEL, load_shape, node_manifest  # noqa: E402
+from kubegang.tls import KeyPair  # noqa: E402
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 CONTROLLERS = ",".join([
@@ -120,70 +117,32 @@ def cluster_paths() -> Paths:
 
 # --- certificates --------------------------------------------------------------------------------
 
-def _key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
-
-
-def _write_key(path: Path, key: Any) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()))
-    path.chmod(0o600)
-
-
-def _cert(subject: x509.Name, key: Any, issuer: x509.Name, issuer_key: Any, *, ca: bool,
-          sans: list[x509.GeneralName] | None = None, client: bool = False) -> x509.Certificate:
-    now = dt.datetime.now(dt.UTC)
-    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=365))
-               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-    if ca:
-        builder = builder.add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False),
-                                        critical=True)
-    else:
-        usage = [ExtendedKeyUsageOID.CLIENT_AUTH] if client else [ExtendedKeyUsageOID.SERVER_AUTH]
-        builder = builder.add_extension(x509.ExtendedKeyUsage(usage), critical=False)
-    if sans:
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def _name(cn: str, org: str | None = None) -> x509.Name:
-    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-    if org:
-        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-    return x509.Name(attrs)
-
-
 def make_pki(pki: Path) -> None:
     """Cluster CA, apiserver serving cert, one client cert per component, service-account keys."""
+    from kubegang.tls import make_ca, make_leaf
+
     pki.mkdir(parents=True, exist_ok=True)
-    ca_key = _key()
-    ca_name = _name("kubegang-dev-cluster-ca")
-    ca = _cert(ca_name, ca_key, ca_name, ca_key, ca=True)
-    (pki / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    _write_key(pki / "ca.key", ca_key)
-    sans: list[x509.GeneralName] = [
-        x509.DNSName("localhost"), x509.DNSName("kubernetes"), x509.DNSName("kubernetes.default"),
-        x509.DNSName("kubernetes.default.svc"), x509.DNSName("kubernetes.default.svc.cluster.local"),
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(ipaddress.ip_address("10.96.0.1")),
-    ]
-    key = _key()
-    _write_key(pki / "apiserver.key", key)
-    (pki / "apiserver.crt").write_bytes(
-        _cert(_name("kube-apiserver"), key, ca_name, ca_key, ca=False, sans=sans).public_bytes(
-            serialization.Encoding.PEM))
+    ca = make_ca("kubegang-dev-cluster-ca")
+
+    def write(name: str, pair: KeyPair) -> None:
+        (pki / f"{name}.crt").write_bytes(pair.cert_pem)
+        (pki / f"{name}.key").write_bytes(pair.key_pem)
+        (pki / f"{name}.key").chmod(0o600)
+
+    write("ca", ca)
+    write("apiserver", make_leaf(ca, "kube-apiserver", server_names=[
+        "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local", "127.0.0.1", "10.96.0.1"]))
     for user, cn, org in (("admin", "kubernetes-admin", "system:masters"),
                           ("controller-manager", "system:kube-controller-manager", None),
                           ("scheduler", "system:kube-scheduler", None),
                           ("kwok", "kwok-controller", "system:masters")):
-        key = _key()
-        _write_key(pki / f"{user}.key", key)
-        (pki / f"{user}.crt").write_bytes(
-            _cert(_name(cn, org), key, ca_name, ca_key, ca=False, client=True).public_bytes(
-                serialization.Encoding.PEM))
+        write(user, make_leaf(ca, cn, client=True, organization=org))
+    # Service-account tokens are signed with RSA, as kube-apiserver's defaults expect.
     sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    _write_key(pki / "sa.key", sa)
+    (pki / "sa.key").write_bytes(sa.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                  serialization.NoEncryption()))
+    (pki / "sa.key").chmod(0o600)
     (pki / "sa.pub").write_bytes(sa.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import devcluster as dc
 import yaml
 
+from kubegang.shapes import FAKE_NODE_LABEL
+
 REPO = dc.REPO
 NAMESPACE = "kubegang-system"
 REPLAY_DIR = REPO / "tests" / "fixtures" / "nvml"
@@ -91,7 +93,7 @@ def up(paths: dc.Paths, operators: int = 2) -> StackPorts:
     # 3. One replay agent serves every fake node, as a DaemonSet would serve each real one.
     dc.start(paths, "kubegang-agent", [
         python(), "-m", "kubegang.agent", "--replay-dir", str(REPLAY_DIR),
-        "--nodes-from-label", "=".join(dc.FAKE_NODE_LABEL), "--metrics-host", "127.0.0.1",
+        "--nodes-from-label", "=".join(FAKE_NODE_LABEL), "--metrics-host", "127.0.0.1",
         "--metrics-port", str(ports.agent_metrics), "--poll-interval", "5",
     ], env=env)
 

@@ -112,12 +112,14 @@ def make_leaf(
     *,
     server_names: list[str] | None = None,
     client: bool = False,
+    organization: str | None = None,
     validity: dt.timedelta = DEFAULT_VALIDITY,
 ) -> KeyPair:
     """A leaf certificate signed by ``ca``.
 
     ``server_names`` (DNS names or IP addresses) make it a server certificate with those SANs;
-    ``client=True`` makes it usable for client authentication. Both may be set.
+    ``client=True`` makes it usable for client authentication. Both may be set. ``organization``
+    becomes the subject's O, which kube-apiserver reads as the user's group (``system:masters``).
     """
     if not server_names and not client:
         raise ValueError("make_leaf: give server_names (for a server cert) and/or client=True")
@@ -134,7 +136,10 @@ def make_leaf(
     now = _now()
     builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .subject_name(x509.Name([
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+            *([x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization)] if organization else []),
+        ]))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())

@@ -478,16 +478,29 @@ class Ledger:
                 failed[name] = reason
             else:
                 append(name)
-        return FilterVerdict(passed=passed, failed=failed, unresolvable=unresolvable)
+        return FilterVerdict(passed=passed, failed=self._name_reservations(failed), unresolvable=unresolvable)
 
-    @staticmethod
-    def _filter_core(snap: Snapshot, gang: GangRequest, nodes: Sequence[str]) -> FilterVerdict:
+    def _filter_core(self, snap: Snapshot, gang: GangRequest, nodes: Sequence[str]) -> FilterVerdict:
         """The core's ``feasible_nodes``, unknown nodes moved to the unresolvable map."""
         ok, failed = feasible_nodes(gang, snap, nodes)
         unknown = {name: reason for name, reason in failed.items() if reason == UNKNOWN_NODE}
         for name in unknown:
             del failed[name]
-        return FilterVerdict(passed=ok, failed=failed, unresolvable=unknown)
+        return FilterVerdict(passed=ok, failed=self._name_reservations(failed), unresolvable=unknown)
+
+    def _name_reservations(self, failed: dict[str, str]) -> dict[str, str]:
+        """Say so when reservations hold GPUs on a failed node: "has 0 of 8" alone reads like a bug.
+
+        Walks the reservations (few), not the failed nodes (thousands), to keep filter cheap.
+        """
+        reserved: dict[str, int] = {}
+        for reservation in self._reservations.values():
+            for a in reservation.placement.assignments:
+                if a.pod in reservation.held and a.node in failed:
+                    reserved[a.node] = reserved.get(a.node, 0) + len(a.gpus)
+        for node, count in reserved.items():
+            failed[node] += f" ({count} reserved for gangs whose pods are not created yet)"
+        return failed
 
     def _filter_pinned(self, snap: Snapshot, pod: PodDemand, nodes: Sequence[str]) -> FilterVerdict:
         target = pod.pinned_node or ""

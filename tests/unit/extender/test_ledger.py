@@ -77,7 +77,14 @@ def test_reserved_gpus_are_never_given_to_plain_pods() -> None:
     reserved = placement.assignments[0].node
     verdict = ledger.filter(demand(1), ["n0", "n1"])
     assert reserved not in verdict.passed
-    assert reserved in verdict.failed
+    assert "8 reserved for gangs" in verdict.failed[reserved]
+    other = ({"n0", "n1"} - {reserved}).pop()
+    ledger.upsert_pod(pod("b", 8, node_name=other))
+    assert "reserved" not in ledger.filter(demand(1), ["n0", "n1"]).failed[other]
+    # The core's path (CPU demand) names reservations too.
+    with_cpu = ledger._filter_core(ledger._current(), GangRequest(id="pod/c", gpus_per_pod=1, cpu_milli=100),
+                                   ["n0", "n1"])
+    assert "8 reserved for gangs" in with_cpu.failed[reserved]
 
 
 def test_gang_pod_passes_only_its_planned_node() -> None:

@@ -109,16 +109,19 @@ def _owner_and_index(demand: PodDemand) -> tuple[str, int]:
     return f"pod/{demand.uid or demand.key}", 0
 
 
-def held_pod(obj: Mapping[str, Any]) -> HeldPod | None:
-    """The GPU hold of a pod (API JSON), or None when it holds none (no GPUs, pending, finished)."""
+def _read_pod(obj: Mapping[str, Any]) -> PodDemand | None:
+    """The demand of a live pod (API JSON); None when finished or unreadable (logged)."""
     status = obj.get("status") or {}
     if isinstance(status, Mapping) and status.get("phase") in _TERMINAL_PHASES:
         return None
     try:
-        demand = pod_demand(Pod.model_validate(obj))
+        return pod_demand(Pod.model_validate(obj))
     except (ValidationError, DemandError) as exc:
         log.warning("ignoring pod %s: %s", (obj.get("metadata") or {}).get("name"), exc)
         return None
+
+
+def _hold(demand: PodDemand) -> HeldPod | None:
     if demand.gpus == 0:
         return None
     node = demand.node_name or demand.pinned_node
@@ -132,6 +135,18 @@ def held_pod(obj: Mapping[str, Any]) -> HeldPod | None:
         known = ()
     return HeldPod(uid=demand.uid, key=demand.key, owner=owner, index=index, node=node, gpus=demand.gpus,
                    gpu_indices=known, bound=bool(demand.node_name))
+
+
+def held_pod(obj: Mapping[str, Any]) -> HeldPod | None:
+    """The GPU hold of a pod (API JSON), or None when it holds none (no GPUs, pending, finished)."""
+    demand = _read_pod(obj)
+    return _hold(demand) if demand is not None else None
+
+
+def _waits_for_a_node(demand: PodDemand | None, obj: Mapping[str, Any]) -> bool:
+    """A GPU pod kubegang did not plan, not bound yet and not being deleted."""
+    return (demand is not None and demand.gpus > 0 and not demand.node_name and demand.pinned_node is None
+            and not (obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
 class Ledger:
@@ -154,6 +169,10 @@ class Ledger:
         self._simple: list[bool] = []
         """Per node number: no hard taint and not cordoned (the filter's fast path applies)."""
         self._max_pods: list[int] = []
+        self._waiting: dict[str, tuple[str, str]] = {}
+        """Pod uid -> (namespace, name) of GPU pods outside gangs that wait for a node, oldest first."""
+        self._freed_quietly = False
+        """Reserved GPUs were freed with no API event (Release, expiry): see :meth:`take_requeue`."""
         self._dirty = False
         self.synced = False
         """True once the watches listed everything (readiness)."""
@@ -189,7 +208,13 @@ class Ledger:
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         if not uid:
             return
-        held = held_pod(obj)
+        demand = _read_pod(obj)
+        if _waits_for_a_node(demand, obj):
+            if uid not in self._waiting:
+                self._waiting[uid] = (str(obj["metadata"].get("namespace", "")), str(obj["metadata"].get("name", "")))
+        else:
+            self._waiting.pop(uid, None)
+        held = _hold(demand) if demand is not None else None
         old = self._pods.get(uid)
         if held == old:
             return
@@ -203,6 +228,7 @@ class Ledger:
 
     def delete_pod(self, uid: str) -> None:
         """A pod was deleted (its GPUs are free again)."""
+        self._waiting.pop(uid, None)
         old = self._pods.get(uid)
         if old is not None:
             self._forget_pod(old)
@@ -215,9 +241,13 @@ class Ledger:
         self._infos = {}
         for name in set(self._nodes):
             self._refresh_node(name, mark=False)
-        self._pods, self._by_slot = {}, {}
+        self._pods, self._by_slot, self._waiting = {}, {}, {}
         for obj in pods:
-            held = held_pod(obj)
+            demand = _read_pod(obj)
+            if _waits_for_a_node(demand, obj):
+                meta = obj["metadata"]
+                self._waiting[str(meta.get("uid", ""))] = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+            held = _hold(demand) if demand is not None else None
             if held is not None:
                 self._pods[held.uid] = held
                 self._by_slot[(held.owner, held.index)] = held.uid
@@ -232,6 +262,19 @@ class Ledger:
                      job, sorted(self._reservations[job].held))
             self._drop_reservation(job)
         return gone
+
+    def take_requeue(self, limit: int) -> list[tuple[str, str]]:
+        """Waiting GPU pods to nudge, once, after reserved GPUs were freed without an API event.
+
+        kube-scheduler parks a pod the extender rejected until some cluster event, or for up to
+        five minutes. A reservation that ends by Release or expiry changes nothing in the API, so
+        pods that wait for exactly those GPUs would sit idle; the caller touches these pods (an
+        annotation) so kube-scheduler retries them now. Oldest first, at most ``limit``.
+        """
+        if not self._freed_quietly:
+            return []
+        self._freed_quietly = False
+        return list(self._waiting.values())[:limit]
 
     # ---- SchedulerAuthority (kube-scheduler verbs) ------------------------------------------
 
@@ -566,9 +609,13 @@ class Ledger:
                 snap.release(job, index)
 
     def _drop_reservation(self, job: str) -> None:
+        if self._reservations[job].held:
+            self._freed_quietly = True
         if not self._dirty:
             self._release_reserved(self._snapshot, job)
         del self._reservations[job]
+        if self._unplaced:
+            self._dirty = True  # GPUs were freed: pods that did not fit may fit now
 
     def _forget_pod(self, old: HeldPod) -> None:
         del self._pods[old.uid]
@@ -628,6 +675,7 @@ class Ledger:
             except AllocationError as exc:
                 log.error("reservation of job %s lost after a topology change: %s", job, exc)
                 del self._reservations[job]
+                self._freed_quietly = True
                 continue
             if not reservation.held:
                 del self._reservations[job]

@@ -18,6 +18,11 @@ from kubegang.podcontract import GPU_RESOURCE, GPUS_ANNOTATION, JOB_UID_LABEL, N
 
 __all__ = ["GPUS_ANNOTATION", "GPU_RESOURCE", "JOB_UID_LABEL", "NODE_ANNOTATION", "POD_INDEX_LABEL"]
 
+REQUEUE_ANNOTATION = "kubegang.io/requeued-at"
+"""Written by the extender on waiting GPU pods when reserved GPUs are freed, so kube-scheduler
+retries them now (see ``Ledger.take_requeue``); the value is the time, for humans."""
+
+
 class DemandError(ValueError):
     """A pod whose kubegang fields cannot be read; the message names the field."""
 

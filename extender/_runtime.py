@@ -51,12 +51,14 @@ def publish(ledger: Ledger, metrics: ExtenderMetrics) -> None:
     metrics.reservations.set(ledger.reservation_count)
 
 
-async def _housekeeping(ledger: Ledger, metrics: ExtenderMetrics, every: float) -> None:
+async def _housekeeping(ledger: Ledger, metrics: ExtenderMetrics, feed: ClusterFeed, every: float,
+                        requeue_batch: int) -> None:
     while True:
         await asyncio.sleep(every)
         try:
             ledger.expire()
             publish(ledger, metrics)
+            await feed.requeue(ledger.take_requeue(requeue_batch))
         except Exception:
             log.exception("housekeeping failed; continuing")
 
@@ -78,7 +80,8 @@ async def run_extender(settings: ExtenderSettings,
     health = await serve(build_health_app(metrics, lambda: ledger.synced),
                          settings.health_address, settings.health_port)
     tasks = [asyncio.create_task(feed.run(), name="watch-feed"),
-             asyncio.create_task(_housekeeping(ledger, metrics, settings.housekeeping_seconds),
+             asyncio.create_task(_housekeeping(ledger, metrics, feed, settings.housekeeping_seconds,
+                                               settings.requeue_batch),
                                  name="housekeeping")]
     log.info("extender listening: https %s, grpc %s, health %s", https.port, grpc_site.port, health.port)
     try:

@@ -39,6 +39,8 @@ class ExtenderSettings:
     """TTL of a gang reservation when Reserve gives none."""
     housekeeping_seconds: float = 1.0
     """How often reservations are expired and ledger gauges refreshed."""
+    requeue_batch: int = 50
+    """Most waiting GPU pods annotated per housekeeping round after reserved GPUs were freed."""
     topology_preset: str = "default"
     """Which node labels name leaf/spine/block (``kubegang.topology.PRESETS``)."""
     log_level: str = "INFO"

@@ -17,6 +17,7 @@ only pods that hold GPUs are kept by the ledger.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import gc
 import json
 import logging
@@ -30,6 +31,7 @@ from pydantic import ValidationError
 from kubegang.api.gpunode import GPUNodeStatus
 from kubegang.extender._ledger import Ledger
 from kubegang.extender._metrics import ExtenderMetrics
+from kubegang.extender._pods import REQUEUE_ANNOTATION
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +104,33 @@ class ClusterFeed:
         self.metrics = metrics
         self.retry_seconds = retry_seconds
         self._known: dict[str, set[str]] = {}
+
+    async def requeue(self, pods: list[tuple[str, str]]) -> int:
+        """Annotate waiting pods so kube-scheduler retries them (the ledger says which, and when).
+
+        A pod that vanished meanwhile (404) is fine; other failures are logged and skipped: the
+        pod is then retried by kube-scheduler's own five-minute flush at the latest.
+        """
+        stamp = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+        body = json.dumps({"metadata": {"annotations": {REQUEUE_ANNOTATION: stamp}}})
+        done = 0
+        for namespace, name in pods:
+            try:
+                resp = await self.client.patch(f"/api/v1/namespaces/{namespace}/pods/{name}", content=body,
+                                               headers={"Content-Type": "application/merge-patch+json"})
+            except httpx2.HTTPError as exc:
+                log.warning("could not requeue pod %s/%s: %s", namespace, name, exc)
+                continue
+            if resp.status_code == 404:
+                continue
+            if resp.is_error:
+                log.warning("could not requeue pod %s/%s: HTTP %d %s", namespace, name, resp.status_code,
+                            resp.text[:200])
+                continue
+            done += 1
+        if pods:
+            log.info("reserved GPUs were freed: asked kube-scheduler to retry %d waiting GPU pod(s)", done)
+        return done
 
     async def list(self, resource: Resource) -> tuple[list[dict[str, Any]], str]:
         """Every object of ``resource`` (all pages) and the list's resourceVersion."""

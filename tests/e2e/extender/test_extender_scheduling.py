@@ -63,8 +63,8 @@ def test_plain_gpu_pod_never_takes_reserved_gpus(extender: Any, namespace: str) 
     time.sleep(3)
     assert not _bound(extender.pods(namespace))
 
+    # Release changes nothing in the API; the extender nudges the waiting pod so that kube-scheduler
+    # retries now rather than after its five-minute flush of unschedulable pods.
     assert extender.release(job) == total
-    start = time.monotonic()
     extender.cluster.wait_for("plain pod bound after Release",
-                              lambda: "plain" in _bound(extender.pods(namespace)), timeout=360, interval=1)
-    print(f"plain pod bound {time.monotonic() - start:.1f}s after Release")
+                              lambda: "plain" in _bound(extender.pods(namespace)), timeout=30, interval=0.5)

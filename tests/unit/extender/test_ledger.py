@@ -290,3 +290,42 @@ def test_fast_filter_agrees_with_the_core(load: list[tuple[int, int]], need: int
     ok, failed = feasible_nodes(GangRequest(id="pod/x", pods=1, gpus_per_pod=need), ledger._current(), names)
     assert verdict.passed == ok
     assert {**verdict.failed, **verdict.unresolvable} == failed
+
+
+def test_waiting_gpu_pods_are_requeued_once_when_reserved_gpus_are_freed_quietly() -> None:
+    clock = [1000.0]
+    ledger = make(2, clock=clock)
+    other = ({"n0", "n1"} - {reserve(ledger, "job-1", pods=1).assignments[0].node}).pop()
+    ledger.upsert_pod(pod("w1", 1))                       # plain GPU pod, waiting for a node
+    ledger.upsert_pod(pod("cpu", 0))                      # no GPUs: kube-scheduler never asks us
+    ledger.upsert_pod(pod("g0", 8, pinned=other, job="job-2", index=0))   # planned: not ours to nudge
+    ledger.upsert_pod(pod("w2", 2))
+    ledger.upsert_pod(pod("done", 1, phase="Succeeded"))
+    assert ledger.take_requeue(10) == []                  # nothing freed yet
+    assert ledger.release("job-1") == 8
+    assert ledger.take_requeue(1) == [("ns", "p-w1")]     # oldest first, bounded
+    assert ledger.take_requeue(10) == []                  # once per freeing
+    ledger.upsert_pod(pod("w1", 1, node_name=other))      # bound: no longer waiting
+    ledger.delete_pod("w2")
+    reserve(ledger, "job-3", pods=1, gpus=4, ttl=5)
+    ledger.upsert_pod(pod("w3", 1))
+    clock[0] += 10
+    assert ledger.expire() == ["job-3"]
+    assert ledger.take_requeue(10) == [("ns", "p-w3")]
+    # A relist knows the waiting pods too.
+    assert ledger.filter(demand(1), ["n0", "n1"]).passed  # nothing was double-booked on the way
+    restarted = make(1, clock=clock)
+    restarted.replace_all([node("n0")], {}, [pod("w4", 1)])
+    reserve(restarted, "job-4", pods=1)
+    restarted.release("job-4")
+    assert restarted.take_requeue(10) == [("ns", "p-w4")]
+
+
+def test_pods_that_did_not_fit_are_placed_once_a_reservation_frees_their_gpus() -> None:
+    ledger = make(1)
+    reserve(ledger, "job-1", pods=1)
+    ledger.upsert_pod(pod("late", 8, node_name="n0"))    # bound by someone else: the API wins
+    assert ledger.snapshot()["unplaced"]
+    ledger.release("job-1")
+    assert not ledger.snapshot()["unplaced"]
+    assert free(ledger) == {"n0": 0}

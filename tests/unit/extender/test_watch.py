@@ -84,3 +84,24 @@ async def test_gone_relists_and_applies_the_difference() -> None:
     assert await feed.resync(NODES) == "10"
     await feed.resync(PODS)
     assert _free(feed.ledger) == {"n1": 8}
+
+
+async def test_requeue_annotates_waiting_pods_and_tolerates_vanished_ones() -> None:
+    patches: list[tuple[str, str, dict[str, Any]]] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        assert request.method == "PATCH"
+        patches.append((request.url.path, request.headers["content-type"], json.loads(request.content)))
+        if request.url.path.endswith("/gone"):
+            return httpx2.Response(404, json={"kind": "Status", "code": 404})
+        if request.url.path.endswith("/forbidden"):
+            return httpx2.Response(403, json={"kind": "Status", "code": 403})
+        return httpx2.Response(200, json={})
+
+    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler), base_url="https://api")
+    feed = ClusterFeed(client, Ledger(), ExtenderMetrics(), retry_seconds=0)
+    assert await feed.requeue([("ns", "a"), ("ns", "gone"), ("ns", "forbidden"), ("other", "b")]) == 2
+    assert [p[0] for p in patches] == ["/api/v1/namespaces/ns/pods/a", "/api/v1/namespaces/ns/pods/gone",
+                                       "/api/v1/namespaces/ns/pods/forbidden", "/api/v1/namespaces/other/pods/b"]
+    assert all(p[1] == "application/merge-patch+json" for p in patches)
+    assert "kubegang.io/requeued-at" in patches[0][2]["metadata"]["annotations"]

@@ -52,6 +52,15 @@ def stack_state(paths: dc.Paths) -> dict[str, object]:
 
 
 def up(paths: dc.Paths, operators: int = 2) -> StackPorts:
+    """Start everything; if any part fails, stop what was started and re-raise."""
+    try:
+        return _up(paths, operators)
+    except BaseException:
+        down(paths, quiet=True)
+        raise
+
+
+def _up(paths: dc.Paths, operators: int) -> StackPorts:
     from kubegang.extender.scheduler_config import SchedulerConfigValues, render_scheduler_config
     from kubegang.tls import write_pki
 
@@ -104,7 +113,10 @@ def up(paths: dc.Paths, operators: int = 2) -> StackPorts:
             "--extender-address", f"127.0.0.1:{ports.extender_grpc}", "--tls-dir", str(tls),
             "--tls-server-name", "localhost", "--metrics-port", str(port), "--identity", f"local-operator-{i}",
         ], env=env)
-    dc.wait_for(paths, "kubegang-agent", lambda: http_ok(f"http://127.0.0.1:{ports.agent_metrics}/healthz"), 60)
+    # The agent is healthy after its first full pass over the nodes it serves: allow for many.
+    nodes = len(dc.kubectl(paths, "get", "nodes", "-l", "=".join(FAKE_NODE_LABEL), "-o", "name").split())
+    dc.wait_for(paths, "kubegang-agent", lambda: http_ok(f"http://127.0.0.1:{ports.agent_metrics}/healthz"),
+                60 + nodes / 5)
     for i, port in enumerate(ports.operator_metrics):
         dc.wait_for(paths, f"kubegang-operator-{i}", lambda port=port: http_ok(f"http://127.0.0.1:{port}/metrics"), 60)
     dc.log(f"kubegang running in {time.monotonic() - t0:.1f}s: extender https :{ports.extender_https} "

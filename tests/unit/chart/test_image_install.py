@@ -60,7 +60,7 @@ def test_dockerfile_install_step_gives_three_working_entry_points(tmp_path: Path
         assert f"usage: {name}" in proc.stdout, proc.stdout[:500]
     site = subprocess.run([str(venv / "bin" / "python"), "-c",
                            "import kubegang.operator, kubegang.extender, kubegang.agent, sys; "
-                           "print(kubegang.operator.__file__)"],
+                           "print(list(kubegang.operator.__path__)[0], kubegang.agent.__file__)"],
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert site.returncode == 0, site.stderr
     assert str(venv) in site.stdout, "kubegang must be imported from the installed environment"

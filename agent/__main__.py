@@ -80,7 +80,8 @@ def _one_shot_backend(args: argparse.Namespace) -> Backend:
         if not path.is_file() and args.replay_dir is not None:
             path = resolve_dump(args.replay_dir, args.replay_dump)
         fabric = FabricOverride.parse(args.replay_fabric) if args.replay_fabric else None
-        return ReplayBackend(path, fabric)
+        # With a node name, the GPUs get that node's UUIDs, as the replay agent would publish them.
+        return ReplayBackend(path, fabric, node_name=args.node_name)
     return NvmlBackend(infiniband_root=args.infiniband_root, watch_events=False)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-
 NODES, GPUS_PER_NODE = 128, 8  # hack/shapes/superpod-h100.yaml
 H100 = "NVIDIA-H100-80GB-HBM3"
 REPLICAS = 77  # 77 x 8 = 616 GPUs: 60% of 1024, two of them do not fit

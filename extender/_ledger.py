@@ -152,9 +152,13 @@ def _waits_for_a_node(demand: PodDemand | None, obj: Mapping[str, Any]) -> bool:
 class Ledger:
     """Implements both :class:`SchedulerAuthority` and :class:`PlacementAuthority`."""
 
-    def __init__(self, labels: TopologyLabels | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, labels: TopologyLabels | None = None, clock: Callable[[], float] = time.time,
+                 startup_grace_seconds: float = 0.0) -> None:
         self._labels = labels or TopologyLabels()
         self._clock = clock
+        self._startup_grace = startup_grace_seconds
+        self._grace_until: float | None = None
+        """Until then, GPU pods outside gangs are held back (see :meth:`_held_back`)."""
         self._nodes: dict[str, Mapping[str, Any]] = {}
         self._gpunodes: dict[str, GPUNodeStatus] = {}
         self._infos: dict[str, NodeInfo] = {}
@@ -236,6 +240,8 @@ class Ledger:
     def replace_all(self, nodes: Sequence[Mapping[str, Any]], gpunodes: Mapping[str, GPUNodeStatus],
                     pods: Sequence[Mapping[str, Any]]) -> None:
         """Replace every source at once (initial list, or relist after 410 Gone); reservations stay."""
+        if not self.synced and self._startup_grace > 0:
+            self._grace_until = self._clock() + self._startup_grace
         self._nodes = {str(n["metadata"]["name"]): n for n in nodes}
         self._gpunodes = dict(gpunodes)
         self._infos = {}
@@ -256,6 +262,9 @@ class Ledger:
     def expire(self, now: float | None = None) -> list[str]:
         """Release reservations past their TTL; returns their job UIDs."""
         now = self._clock() if now is None else now
+        if self._grace_until is not None and now >= self._grace_until:
+            self._grace_until = None
+            self._freed_quietly = True  # pods held back during the grace may go now: nudge them
         gone = [job for job, r in self._reservations.items() if r.expires_at <= now]
         for job in gone:
             log.info("reservation of job %s expired with pods %s never created",
@@ -285,6 +294,9 @@ class Ledger:
             return FilterVerdict(passed=list(nodes))
         if pod.pinned_node is not None:
             return self._filter_pinned(snap, pod, nodes)
+        held_back = self._held_back()
+        if held_back:
+            return FilterVerdict(passed=[], unresolvable=dict.fromkeys(nodes, held_back))
         return self._filter_plain(snap, self._pod_gang(pod), nodes)
 
     def prioritize(self, pod: PodDemand, nodes: Sequence[str]) -> list[tuple[str, int]]:
@@ -299,6 +311,8 @@ class Ledger:
         """See :class:`SchedulerAuthority`: whole gangs only, and only if the pod then fits."""
         snap = self._current()
         kept: dict[str, list[str]] = {}
+        if pod.pinned_node is None and pod.gpus and self._held_back():
+            return kept
         gang = self._pod_gang(pod) if pod.gpus else None
         for node, uids in candidates.items():
             if pod.pinned_node is not None and node != pod.pinned_node:
@@ -426,6 +440,7 @@ class Ledger:
         return {
             "time": self._clock(),
             "synced": self.synced,
+            "startupGraceUntil": self._grace_until,
             "nodes": nodes,
             "pods": {uid: {"pod": h.key, "owner": h.owner, "index": h.index, "node": h.node, "gpus": h.gpus,
                            "gpuIndices": list(h.gpu_indices), "bound": h.bound}
@@ -461,6 +476,22 @@ class Ledger:
         return len(self._reservations)
 
     # ---- internals -------------------------------------------------------------------------
+
+    def _held_back(self) -> str:
+        """Why GPU pods outside gangs must wait now ("" when they need not).
+
+        Reservations live in memory until their pods exist. After a restart the ledger knows the
+        gang pods already created (their annotations hold the GPUs) but not the reservations whose
+        pods the operator is still creating; for a short grace, a plain pod could take exactly those
+        GPUs and strand the gang. Gang pods are not held back: they only take their planned GPUs.
+        """
+        if self._grace_until is None:
+            return ""
+        left = self._grace_until - self._clock()
+        if left <= 0:
+            return ""
+        return (f"extender restarted: GPU pods outside gangs wait {left:.0f}s more until gangs being "
+                "created have claimed their reserved GPUs")
 
     def _current(self) -> Snapshot:
         if self._dirty:

@@ -329,3 +329,26 @@ def test_pods_that_did_not_fit_are_placed_once_a_reservation_frees_their_gpus() 
     ledger.release("job-1")
     assert not ledger.snapshot()["unplaced"]
     assert free(ledger) == {"n0": 0}
+
+
+def test_after_a_restart_plain_pods_wait_out_the_grace_and_are_then_requeued() -> None:
+    clock = [1000.0]
+    ledger = Ledger(clock=lambda: clock[0], startup_grace_seconds=10)
+    ledger.replace_all([node("n0"), node("n1")], {}, [pod("g0", 8, pinned="n0", gpu_idx="0,1,2,3,4,5,6,7",
+                                                          job="job-1", index=0), pod("w", 1)])
+    ledger.synced = True
+    verdict = ledger.filter(demand(1), ["n0", "n1"])
+    assert verdict.passed == [] and "restarted" in verdict.unresolvable["n1"]
+    assert ledger.preempt(demand(1), {"n0": ["g0"]}) == {}
+    # Gang pods take their planned GPUs meanwhile.
+    gang_pod = demand(8, uid="g1", pinned_node="n1", job_uid="job-1", pod_index=1)
+    assert ledger.filter(gang_pod, ["n0", "n1"]).passed == ["n1"]
+    ledger.expire()
+    assert ledger.take_requeue(10) == []
+    clock[0] += 10
+    ledger.expire()
+    assert ledger.take_requeue(10) == [("ns", "p-w")]
+    assert ledger.filter(demand(1), ["n0", "n1"]).passed == ["n1"]
+    # A relist after 410 Gone is not a restart: no new grace.
+    ledger.replace_all([node("n0"), node("n1")], {}, [])
+    assert ledger.filter(demand(1), ["n0", "n1"]).passed == ["n0", "n1"]

@@ -160,6 +160,45 @@ def test_writes_only_on_change_and_a_deleted_gpunode_comes_back(
     assert "was deleted; it is recreated at the next poll" in agent.log_tail(20000)
 
 
+def test_a_gpunode_goes_with_its_node_and_a_node_registered_again_is_served_again(
+    cluster: Cluster, start_replay_agent: StartAgent
+) -> None:
+    cluster.use_shape("superpod-h100")
+    nodes = kwok_nodes(cluster)
+    agent = start_replay_agent()
+    wait_until_served(cluster, agent, nodes)
+    name = sorted(nodes)[-1]
+    manifest = nodes[name]
+    cluster.kubectl("delete", "node", name)
+
+    # The garbage collector (kube-controller-manager) follows the GPUNode's owner reference.
+    def gone() -> bool:
+        return bool(cluster.kubectl("get", "gpunode", name, check=False).returncode != 0)
+
+    cluster.wait_for(f"GPUNode {name} to go with its node", gone, timeout=60)
+
+    # The same node registers again (same name and annotations, new uid) without the agent's labels.
+    metadata = manifest["metadata"]
+    for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields"):
+        metadata.pop(key, None)
+    for label in LABELS:
+        metadata["labels"].pop(label, None)
+    cluster.kubectl("create", "-f", "-", input=json.dumps({k: v for k, v in manifest.items() if k != "status"}))
+    uid = cluster.get_json("node", name)["metadata"]["uid"]
+
+    def served_again() -> bool:
+        found = cluster.kubectl("get", "gpunode", name, "-o", "json", check=False)
+        labels = cluster.get_json("node", name)["metadata"].get("labels", {})
+        if found.returncode != 0 or "nvidia.com/gpu.count" not in labels:
+            return False
+        owners = json.loads(found.stdout)["metadata"].get("ownerReferences", [])
+        return [o["uid"] for o in owners] == [uid]
+
+    cluster.wait_for(f"node {name} to be served again", served_again, timeout=30)
+    labels = cluster.get_json("node", name)["metadata"]["labels"]
+    assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.product"]) == ("8", SHAPES["superpod-h100"][2])
+
+
 def test_metrics_carry_the_replayed_readings(cluster: Cluster, start_replay_agent: StartAgent) -> None:
     cluster.use_shape("superpod-h100")
     nodes = kwok_nodes(cluster)

@@ -33,6 +33,7 @@ from kubegang.api.gpunode import GPUNodeStatus
 from kubegang.extender._authority import FilterVerdict, ReserveOutcome, WhatIfOutcome
 from kubegang.extender._nodes import node_info
 from kubegang.extender._pods import NODE_ANNOTATION, DemandError, PodDemand, pod_demand
+from kubegang.extender._quarantine import consistent_nodes
 from kubegang.extender._wire import MAX_EXTENDER_PRIORITY, Pod
 from kubegang.levels import Level
 from kubegang.placement import (
@@ -167,6 +168,8 @@ class Ledger:
         self._by_slot: dict[tuple[str, int], str] = {}
         """(owner, index) -> pod uid holding that slot."""
         self._unplaced: dict[str, str] = {}
+        self._quarantined: dict[str, str] = {}
+        """Node -> what was ignored and why, when its facts made the topology inconsistent."""
         """Pod uid -> why its GPUs could not be recorded (overcommitted node, unknown node)."""
         self._topology: TopologyIndex = compile_index([], self._labels)
         self._snapshot = Snapshot(self._topology)
@@ -450,6 +453,7 @@ class Ledger:
                                                  for a in r.placement.assignments]}
                              for job, r in sorted(self._reservations.items())},
             "unplaced": dict(sorted(self._unplaced.items())),
+            "quarantined": dict(sorted(self._quarantined.items())),
         }
 
     def gpu_totals(self) -> dict[str, dict[str, int]]:
@@ -686,12 +690,7 @@ class Ledger:
 
     def _rebuild(self) -> None:
         """Recompile the topology and replay every hold: exact GPU indices first, guesses last."""
-        try:
-            self._topology = compile_index(self._infos.values(), self._labels)
-        except TopologyError as exc:
-            log.error("topology is inconsistent (%s); placing without fabric labels until fixed", exc)
-            self._topology = compile_index(self._infos.values(),
-                                           TopologyLabels(nvlink=None, leaf=None, spine=None, block=None))
+        self._topology = self._compile()
         snap = Snapshot(self._topology)
         self._unplaced = {}
         exact = [h for h in self._pods.values() if h.gpu_indices]
@@ -717,6 +716,31 @@ class Ledger:
                         for node in self._topology.nodes]
         self._max_pods = [node.max_pods for node in self._topology.nodes]
         self._dirty = False
+
+    def _compile(self) -> TopologyIndex:
+        """The topology index; an inconsistency degrades only the nodes involved (``_quarantine``)."""
+        self._quarantined = {}
+        try:
+            return compile_index(self._infos.values(), self._labels)
+        except TopologyError as exc:
+            log.error("topology is inconsistent (%s); degrading the nodes involved", exc)
+
+        def without_gpunode(name: str) -> NodeInfo | None:
+            obj = self._nodes.get(name)
+            return node_info(obj) if obj is not None else None
+
+        usable, self._quarantined = consistent_nodes(self._infos.values(), without_gpunode, self._labels)
+        for name, reason in sorted(self._quarantined.items()):
+            log.error("node %s: %s", name, reason)
+        try:
+            return compile_index(usable, self._labels)
+        except TopologyError as exc:  # the quarantine missed a rule of the core: still keep placing
+            log.error("topology still inconsistent after quarantine (%s); placing without fabric labels", exc)
+        try:
+            return compile_index(usable, TopologyLabels(nvlink=None, leaf=None, spine=None, block=None))
+        except TopologyError:
+            log.exception("topology unusable even without fabric labels; no GPU node is placeable")
+            return compile_index([], self._labels)
 
     def _try_allocate(self, snap: Snapshot, held: HeldPod) -> None:
         try:

@@ -352,3 +352,50 @@ def test_after_a_restart_plain_pods_wait_out_the_grace_and_are_then_requeued() -
     # A relist after 410 Gone is not a restart: no new grace.
     ledger.replace_all([node("n0"), node("n1")], {}, [])
     assert ledger.filter(demand(1), ["n0", "n1"]).passed == ["n0", "n1"]
+
+
+def _gpunode(uuids: list[str], domain: str | None = None) -> GPUNodeStatus:
+    body: dict[str, Any] = {"gpus": [{"index": i, "product": "NVIDIA H100", "uuid": u,
+                                      "health": {"healthy": True}} for i, u in enumerate(uuids)]}
+    if domain is not None:
+        body["nvlinkDomain"] = {"id": domain, "clusterUuid": domain.split(".")[0], "cliqueId": 1,
+                                "state": "Completed", "status": "Success"}
+    return GPUNodeStatus.model_validate(body)
+
+
+def test_a_gpu_reported_by_two_nodes_degrades_those_nodes_only() -> None:
+    ledger = make(3, gpus=2)
+    ledger.upsert_gpunode("n0", _gpunode(["GPU-a", "GPU-dup"]))
+    ledger.upsert_gpunode("n1", _gpunode(["GPU-dup", "GPU-b"]))
+    ledger.upsert_gpunode("n2", _gpunode(["GPU-c", "GPU-d"], domain="fab.1"))
+    result = ledger.plan(GangRequest(id="j", pods=3, gpus_per_pod=2))
+    assert isinstance(result, Placement), result          # not INTERNAL for everybody
+    snap = ledger.snapshot()
+    assert set(snap["quarantined"]) == {"n0", "n1"}
+    assert "GPU-dup" in snap["quarantined"]["n0"] and "GPUNode data ignored" in snap["quarantined"]["n0"]
+    assert snap["nodes"]["n2"]["domains"]["nvlink"] == "fab.1"   # the healthy node keeps its GPUNode
+    assert ledger.filter(demand(2), ["n0", "n1", "n2"]).passed == ["n0", "n1", "n2"]
+    ledger.upsert_gpunode("n1", _gpunode(["GPU-e", "GPU-b"]))   # the agent is fixed
+    assert ledger.snapshot()["quarantined"] == {}
+
+
+def test_an_nvlink_domain_across_two_leaves_drops_the_later_nodes_gpunode() -> None:
+    ledger = make(4)  # n0, n1 on leaf-0; n2, n3 on leaf-1
+    for name in ("n0", "n1", "n2"):
+        ledger.upsert_gpunode(name, _gpunode([f"GPU-{name}-{i}" for i in range(8)], domain="fab.1"))
+    snap = ledger.snapshot()
+    assert set(snap["quarantined"]) == {"n2"}
+    assert "leaf" in snap["quarantined"]["n2"]
+    assert snap["nodes"]["n0"]["domains"]["nvlink"] == snap["nodes"]["n1"]["domains"]["nvlink"] == "fab.1"
+    assert snap["nodes"]["n2"]["domains"]["nvlink"] != "fab.1"
+    assert isinstance(ledger.plan(GangRequest(id="j", pods=4, gpus_per_pod=8)), Placement)
+
+
+def test_fabric_labels_that_contradict_each_other_are_dropped_for_the_later_node() -> None:
+    ledger = Ledger()
+    ledger.upsert_node(node("a", leaf="leaf-x", **{"kubegang.io/spine": "s1"}))
+    ledger.upsert_node(node("b", leaf="leaf-x", **{"kubegang.io/spine": "s2"}))  # leaf-x under two spines
+    snap = ledger.snapshot()
+    assert set(snap["quarantined"]) == {"b"} and "fabric labels ignored" in snap["quarantined"]["b"]
+    assert snap["nodes"]["a"]["domains"]["leaf"] == "leaf-x"
+    assert isinstance(ledger.plan(GangRequest(id="j", pods=2, gpus_per_pod=8)), Placement)

@@ -124,9 +124,11 @@ class Agent:
 
     async def _watch_deletions(self) -> None:
         """Forever: a deleted GPUNode of a served node is written again at its next poll."""
+        failures, last_error = 0, ""
         while True:
             try:
                 async for name in self._sink.deleted_gpunodes(self.settings.node_name):
+                    failures = 0
                     served = self._served.get(name)
                     if served is not None:
                         log.info("GPUNode %s was deleted; it is recreated at the next poll", name)
@@ -134,9 +136,14 @@ class Agent:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                # Without the watch (no list/watch RBAC, API down) deletions are repaired by resync.
-                log.warning("watching GPUNode deletions failed (resync repairs them): %s", exc)
-            await asyncio.sleep(self.watch_retry_s)
+                # Without the watch (no list/watch RBAC, API down) deletions are repaired by resync;
+                # say so once per kind of failure, and back off up to the resync interval.
+                failures += 1
+                if str(exc) != last_error:
+                    last_error = str(exc)
+                    log.warning("watching GPUNode deletions failed (resync repairs them): %s", exc)
+            delay = self.watch_retry_s * 2 ** min(failures, 16)
+            await asyncio.sleep(min(delay, max(self.watch_retry_s, self.settings.resync_interval_s)))
 
     async def run(self) -> None:
         """Serve until cancelled."""

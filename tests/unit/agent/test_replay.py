@@ -171,7 +171,9 @@ async def test_a_node_created_again_under_the_same_name_gets_its_labels_back(fix
         await asyncio.gather(task, return_exceptions=True)
 
 
-async def test_a_failing_deletion_watch_is_retried_and_never_stops_publishing(fixtures_dir: Path) -> None:
+async def test_a_failing_deletion_watch_is_retried_and_never_stops_publishing(
+    fixtures_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     class NoWatch(FakeCluster):
         async def deleted_gpunodes(self, name: str | None = None) -> AsyncIterator[str]:
             self.watched.append(name)
@@ -187,6 +189,8 @@ async def test_a_failing_deletion_watch_is_retried_and_never_stops_publishing(fi
     try:
         await wait_for(lambda: len(cluster.watched) >= 3 and "hgx-0" in cluster.status)
         await wait_for(agent.healthy)
+        failures = [r for r in caplog.records if "watching GPUNode deletions failed" in r.getMessage()]
+        assert len(failures) == 1, "the same failure is reported once, not at every retry"
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

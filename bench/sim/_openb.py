@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from kubegang.placement import MILLI, Allocation, GangRequest, Placement, Snapshot, plan
+from kubegang.placement import MILLI, Allocation, GangRequest, Placement, Snapshot, TaskShape, WorkloadMix, plan
 from kubegang.topology import ANY_FLAVOUR, flavour_key
 
 from ._cluster import Cluster
@@ -115,6 +115,19 @@ def inflate(tasks: Sequence[Task], capacity: float, rng: random.Random, ratio: f
         requested += source.gpu_request
         clone += 1
     return out
+
+
+def workload_mix(tasks: Sequence[Task]) -> WorkloadMix:
+    """The trace's GPU task mix, the distribution FGD measures fragmentation against (as the paper
+    does: the target workload's shapes, most frequent first, covering 95% of the tasks)."""
+    counts: dict[TaskShape, float] = {}
+    for task in tasks:
+        if task.num_gpu == 0:
+            continue  # a CPU-only task uses no GPU: it cannot see a GPU fragment
+        flavours = tuple(flavour_key(model) for model in task.gpu_spec) or (ANY_FLAVOUR,)
+        shape = TaskShape(task.num_gpu, task.gpu_milli, task.cpu_milli, task.memory_mib, flavours)
+        counts[shape] = counts.get(shape, 0.0) + 1.0
+    return WorkloadMix(counts)
 
 
 Placer = Callable[[Task], Allocation | None]
@@ -267,9 +280,12 @@ class Curve:
 class _Replay:
     """Feeds tasks to a placer over one snapshot and records the curve."""
 
-    def __init__(self, cluster: Cluster, policy: str, rng: random.Random, snapshot: Snapshot | None = None) -> None:
+    def __init__(self, cluster: Cluster, policy: str, rng: random.Random, snapshot: Snapshot | None = None,
+                 workload: WorkloadMix | None = None) -> None:
         self.cluster = cluster
         self.snapshot = snapshot if snapshot is not None else cluster.snapshot()
+        if workload is not None:
+            self.snapshot.workload = workload
         self.place, self.refresh = OPENB_POLICIES[policy](self.snapshot, rng)
         if snapshot is not None:
             for n in range(self.snapshot.topology.node_count):
@@ -311,6 +327,7 @@ def replay(cluster: Cluster, workload: str, policy: str, seeds: Sequence[int],
     random order instead.
     """
     trace = list(tasks) if tasks is not None else load_tasks(workload)
+    mix = workload_mix(trace)
     shuffle = not ordered(workload) if shuffle is None else shuffle
     curves: list[Curve] = []
     prefix: _Replay | None = None
@@ -318,12 +335,12 @@ def replay(cluster: Cluster, workload: str, policy: str, seeds: Sequence[int],
         for seed in seeds:
             order = list(trace)
             random.Random(seed).shuffle(order)
-            run = _Replay(cluster, policy, random.Random(seed))
+            run = _Replay(cluster, policy, random.Random(seed), workload=mix)
             run.feed(inflate(order, cluster.gpus, random.Random(seed)))
             curves.append(run.curve())
         return curves
     if policy in DETERMINISTIC:
-        prefix = _Replay(cluster, policy, random.Random(0))
+        prefix = _Replay(cluster, policy, random.Random(0), workload=mix)
         prefix.feed(trace)
     for seed in seeds:
         rng = random.Random(seed)
@@ -333,7 +350,7 @@ def replay(cluster: Cluster, workload: str, policy: str, seeds: Sequence[int],
             run.arrived, run.allocated = prefix.arrived, prefix.allocated
             run.placed, run.failed, run.points = prefix.placed, prefix.failed, list(prefix.points)
         else:
-            run = _Replay(cluster, policy, rng)
+            run = _Replay(cluster, policy, rng, workload=mix)
             run.feed(trace)
         run.feed(clones)
         curves.append(run.curve())

@@ -6,11 +6,13 @@ Public API::
     Snapshot, Allocation, Checkpoint         cluster state with checkpoint / rollback / commit
     plan(gang, snapshot) -> Placement | Unplaceable
     feasible_nodes, node_score, node_scores  the extender's filter / prioritize helpers
+    TaskShape, WorkloadMix                   the pod mix fragmentation is measured against (FGD)
     largest_placeable                        fragmentation metric per level
     fill_random                              random background load (benchmarks, tests)
 """
 
 from kubegang.placement._fit import node_reason, pods_fit
+from kubegang.placement._fragmentation import DEFAULT_MIX, TaskShape, WorkloadMix
 from kubegang.placement._metrics import largest_placeable
 from kubegang.placement._occupancy import fill_random
 from kubegang.placement._plan import explain_node, plan
@@ -20,6 +22,7 @@ from kubegang.placement._single import MAX_SCORE, UNKNOWN_NODE, feasible_nodes, 
 from kubegang.placement._snapshot import Allocation, AllocationError, Checkpoint, Snapshot
 
 __all__ = [
+    "DEFAULT_MIX",
     "MAX_SCORE",
     "MILLI",
     "UNKNOWN_NODE",
@@ -31,8 +34,10 @@ __all__ = [
     "PlanResult",
     "PodAssignment",
     "Snapshot",
+    "TaskShape",
     "Toleration",
     "Unplaceable",
+    "WorkloadMix",
     "explain_node",
     "feasible_nodes",
     "fill_random",

@@ -30,6 +30,7 @@ from kubegang.placement._fit import (
     static_reason,
     whole_free_positions,
 )
+from kubegang.placement._fragmentation import Choice, TaskShape, logistic_value
 from kubegang.placement._request import MILLI, GangRequest
 from kubegang.placement._result import Placement, PlanResult, PodAssignment, Unplaceable
 from kubegang.placement._snapshot import Snapshot
@@ -38,6 +39,10 @@ from kubegang.topology import FABRIC_LEVELS, FlavourCapacity
 
 def plan(gang: GangRequest, snapshot: Snapshot) -> PlanResult:
     """A placement for every pod of ``gang`` in one domain, or why there is none."""
+    if gang.pods == 1:
+        single = _plan_single(gang, snapshot)
+        if single is not None:
+            return single
     if gang.fractional:
         return _plan_fraction(gang, snapshot)
     top = gang.required_level if gang.required_level is not None else Level.CLUSTER
@@ -131,6 +136,56 @@ def _unplaceable(snapshot: Snapshot, gang: GangRequest, cap: FlavourCapacity, to
         blocked = ", ".join(f"{count} by {kind}" for kind, count in best.blocked.most_common())
         has += f" by GPU count, but at most {best.pods} usable" + (f" ({blocked})" if blocked else "")
     return Unplaceable(gang.id, f"{need}; {has}", top, name, room)
+
+
+def _plan_single(gang: GangRequest, snapshot: Snapshot) -> Placement | None:
+    """One pod: the node (and GPU) where it grows fragmentation least (FGD, see ``_fragmentation``).
+
+    Ties between node states go to best fit; between nodes in one state, to the leaf with the
+    fewest whole free nodes (keep those for gangs), then the lowest node number. None when no
+    node takes the pod (the caller's search then says why).
+    """
+    cap = snapshot.capacity.get(gang.flavour)
+    if cap is None:
+        return None
+    topo = snapshot.topology
+    leaf_of = topo.domain_of[Level.LEAF]
+    leaf_full = cap.full_nodes[Level.LEAF]
+
+    def leaf_first(n: int) -> tuple[int, int]:
+        return leaf_full[leaf_of[n]], n
+
+    index = snapshot.fragmentation
+    for choice, members in index.ranked(TaskShape.of(gang)):
+        first = min(members, key=leaf_first)
+        order = [first] if node_reason(snapshot, first, gang) is None else sorted(members, key=leaf_first)
+        for n in order:
+            if node_reason(snapshot, n, gang) is None:
+                return _single_placement(snapshot, gang, n, choice)
+    return None
+
+
+def _single_placement(snapshot: Snapshot, gang: GangRequest, n: int, choice: Choice) -> Placement:
+    node = snapshot.topology.nodes[n]
+    kind = snapshot.workload.model.kind
+    milli = snapshot.gpu_milli[n]
+    keys = snapshot.gpu_keys[n]
+    if gang.fractional:
+        positions = [next(p for p, m in enumerate(milli)
+                          if m == choice.gpu_milli and snapshot.gpu_healthy[n][p] and kind(keys[p]) == choice.kind)]
+        want = gang.gpu_fraction_milli
+    else:
+        free = whole_free_positions(snapshot, n, gang)
+        positions = sorted(free, key=lambda p: (kind(keys[p]) != choice.kind, p))[: gang.gpus_per_pod]
+        want = MILLI
+    return Placement(
+        gang_id=gang.id,
+        assignments=(PodAssignment(0, node.name, tuple(node.gpus[p].index for p in positions), want),),
+        level=Level.NODE,
+        domain=node.name,
+        score=round(0.5 + 0.5 * logistic_value(choice.delta, 1.0), 4),
+        preferred_met=True,
+    )
 
 
 def _plan_fraction(gang: GangRequest, snapshot: Snapshot) -> PlanResult:

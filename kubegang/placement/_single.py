@@ -2,8 +2,9 @@
 
 kube-scheduler asks about one pod at a time over a list of nodes. ``feasible_nodes`` gives the
 nodes that take the pod now and a reason for every node that does not; ``node_score`` ranks the
-feasible ones 0..10 so the default scheduler packs like the gang engine does: fill GPUs and nodes
-already in use, and keep leaves with many whole free nodes for gangs.
+feasible ones 0..10 so the default scheduler places like the engine does: where the pod grows the
+node's fragmentation least (FGD, ``_fragmentation``), and away from leaves with many whole free
+nodes, which gangs need.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from collections.abc import Iterable
 
 from kubegang.levels import Level
 from kubegang.placement._fit import node_reason
-from kubegang.placement._request import MILLI, GangRequest
+from kubegang.placement._fragmentation import TaskShape
+from kubegang.placement._request import GangRequest
 from kubegang.placement._snapshot import Snapshot
 
 MAX_SCORE = 10
@@ -47,24 +49,18 @@ def node_score(pod: GangRequest, snapshot: Snapshot, node: str) -> int:
     cap = snapshot.capacity.get(pod.flavour)
     if cap is None or not cap.total[n]:
         return 0
-    total, free = cap.total[n], cap.free[n]
+    total = cap.total[n]
     topo = snapshot.topology
     leaf = topo.domain_of[Level.LEAF][n]
     leaf_nodes = len(topo.members[Level.LEAF][leaf])
     # Leaves with many whole free nodes are what big gangs need: steer small pods elsewhere.
     leaf_term = 1.0 - cap.full_nodes[Level.LEAF][leaf] / leaf_nodes
-    if pod.fractional:
-        shared = [f for p, f in enumerate(snapshot.gpu_milli[n])
-                  if pod.gpu_fraction_milli <= f < MILLI and pod.flavour in snapshot.gpu_keys[n][p]]
-        # Sharing a GPU already shared beats breaking a whole one; the tighter the better.
-        gpu_term = 1.0 - (min(shared) - pod.gpu_fraction_milli) / MILLI if shared else 0.0
-        after = free - (0 if shared else 1)
-        node_term = 1.0 - after / total
-        value = 0.5 * gpu_term + 0.3 * node_term + 0.2 * leaf_term
-    else:
-        after = free - pod.gpus_per_pod
-        node_term = 1.0 - after / total
-        value = 0.6 * node_term + 0.4 * leaf_term
+    # FGD: how little the pod grows the node's fragmentation, as a share of the node's GPUs.
+    choice = snapshot.fragmentation.choice(n, TaskShape.of(pod))
+    if choice is None:
+        return 0
+    frag_term = min(1.0, max(0.0, 0.5 - choice.delta / (2 * total)))
+    value = 0.8 * frag_term + 0.2 * leaf_term
     # Feasible nodes score 1..10 (0 means "cannot"); floor keeps small differences visible.
     return 1 + min(MAX_SCORE - 1, math.floor((MAX_SCORE - 1) * value + 1e-9))
 

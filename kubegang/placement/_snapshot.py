@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from kubegang.placement._fragmentation import FragmentationIndex, WorkloadMix
 from kubegang.placement._request import MILLI
 from kubegang.topology import CapacityIndex, TopologyIndex, gpu_keys
 
@@ -63,8 +64,12 @@ _RELEASE = -1
 class Snapshot:
     """Mutable cluster state over a compiled topology, with nested checkpoints."""
 
-    def __init__(self, topology: TopologyIndex) -> None:
+    def __init__(self, topology: TopologyIndex, workload: WorkloadMix | None = None) -> None:
         self.topology = topology
+        self.workload = workload if workload is not None else WorkloadMix()
+        """The pod mix fragmentation is measured against (long-lived: pass the same one to every
+        snapshot you build, and ``observe`` requests on it)."""
+        self._fragmentation: FragmentationIndex | None = None
         self.capacity = CapacityIndex(topology)
         self.gpu_position: list[dict[int, int]] = []
         """Per node: GPU device index -> position in the per-node lists below."""
@@ -106,6 +111,13 @@ class Snapshot:
     def gpus_held(self, owner: str) -> int:
         """Whole GPUs held by ``owner`` (fractional shares count as 0)."""
         return sum(a.whole_gpus for a in self._held.get(owner, {}).values())
+
+    @property
+    def fragmentation(self) -> FragmentationIndex:
+        """Nodes grouped by state, with memoised FGD choices (built on first use, then kept current)."""
+        if self._fragmentation is None:
+            self._fragmentation = FragmentationIndex(self)
+        return self._fragmentation
 
     def free_milli(self, node: str, gpu: int) -> int:
         n = self._node(node)
@@ -181,7 +193,7 @@ class Snapshot:
 
     def clone(self) -> Snapshot:
         """An independent copy with the same allocations (no open checkpoints)."""
-        copy = Snapshot(self.topology)
+        copy = Snapshot(self.topology, self.workload)
         for allocation in self.allocations():
             copy.allocate(allocation)
         return copy
@@ -247,6 +259,8 @@ class Snapshot:
         self.cpu_used[n] += sign * a.cpu_milli
         self.memory_used[n] += sign * a.memory_mib
         self.pods_used[n] += sign
+        if self._fragmentation is not None:
+            self._fragmentation.dirty.add(n)
         if sign == _ALLOC:
             self._held.setdefault(a.owner, {})[a.pod] = a
         else:

@@ -88,6 +88,10 @@ class HeldPod:
     """GPU indices from ``kubegang.io/gpus``; empty when unknown (then first free ones are used)."""
     bound: bool
     """True once ``spec.nodeName`` is set."""
+    cpu_milli: int = 0
+    """CPU it requests (millicores), counted on its node."""
+    memory_mib: int = 0
+    """Memory it requests (MiB), counted on its node."""
 
 
 @dataclass
@@ -135,7 +139,8 @@ def _hold(demand: PodDemand) -> HeldPod | None:
                     demand.key, len(known), demand.gpus)
         known = ()
     return HeldPod(uid=demand.uid, key=demand.key, owner=owner, index=index, node=node, gpus=demand.gpus,
-                   gpu_indices=known, bound=bool(demand.node_name))
+                   gpu_indices=known, bound=bool(demand.node_name), cpu_milli=demand.cpu_milli,
+                   memory_mib=demand.memory_mib)
 
 
 def held_pod(obj: Mapping[str, Any]) -> HeldPod | None:
@@ -446,7 +451,8 @@ class Ledger:
             "startupGraceUntil": self._grace_until,
             "nodes": nodes,
             "pods": {uid: {"pod": h.key, "owner": h.owner, "index": h.index, "node": h.node, "gpus": h.gpus,
-                           "gpuIndices": list(h.gpu_indices), "bound": h.bound}
+                           "gpuIndices": list(h.gpu_indices), "bound": h.bound,
+                           "cpuMilli": h.cpu_milli, "memoryMiB": h.memory_mib}
                      for uid, h in sorted(self._pods.items())},
             "reservations": {job: {"expiresAt": r.expires_at, "heldPods": sorted(r.held),
                                    "placement": [{"pod": a.pod, "node": a.node, "gpus": list(a.gpus)}
@@ -515,6 +521,8 @@ class Ledger:
             self._dirty = True
 
     def _pod_gang(self, pod: PodDemand) -> GangRequest:
+        # GPUs only: kube-scheduler's NodeResourcesFit already checks CPU and memory against every
+        # pod on the node, which the ledger (GPU pods only) cannot; it would only slow filter down.
         return GangRequest(id=f"pod/{pod.uid or pod.key}", pods=1, gpus_per_pod=max(pod.gpus, 1),
                            tolerations=pod.tolerations)
 
@@ -686,7 +694,8 @@ class Ledger:
             if len(free) < held.gpus:
                 raise AllocationError(f"node {held.node} has {len(free)} free GPUs; pod needs {held.gpus}")
             gpus = tuple(free[: held.gpus])
-        snap.allocate(Allocation(owner=held.owner, pod=held.index, node=held.node, gpus=gpus))
+        snap.allocate(Allocation(owner=held.owner, pod=held.index, node=held.node, gpus=gpus,
+                                 cpu_milli=held.cpu_milli, memory_mib=held.memory_mib))
 
     def _rebuild(self) -> None:
         """Recompile the topology and replay every hold: exact GPU indices first, guesses last."""

@@ -8,11 +8,13 @@ it creates (see docs/extender.md, "Contract with the operator").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 
-from kubegang.api import whole_count
-from kubegang.extender._wire import Pod
+from kubegang.api import parse_quantity, whole_count
+from kubegang.extender._wire import Pod, ResourceRequirements
 from kubegang.placement import Toleration
 from kubegang.podcontract import GPU_RESOURCE, GPUS_ANNOTATION, JOB_UID_LABEL, NODE_ANNOTATION, POD_INDEX_LABEL
 
@@ -86,6 +88,10 @@ class PodDemand:
     """Index within the gang from ``kubegang.io/replica-index``; None outside gangs."""
     tolerations: tuple[Toleration, ...] = ()
     """The pod's tolerations, in the core's form (GPU nodes are often tainted)."""
+    cpu_milli: int = 0
+    """CPU requested, in millicores, as kube-scheduler counts it (see :func:`pod_demand`)."""
+    memory_mib: int = 0
+    """Memory requested, in MiB (rounded up)."""
 
     @property
     def key(self) -> str:
@@ -97,6 +103,30 @@ def _container_gpus(resources_limits: Mapping[str, str | int | float],
                     resources_requests: Mapping[str, str | int | float], where: str) -> int:
     raw = resources_limits.get(GPU_RESOURCE, resources_requests.get(GPU_RESOURCE))
     return 0 if raw is None else parse_gpu_quantity(raw, where)
+
+
+def _request(resources: ResourceRequirements, name: str, where: str) -> Decimal:
+    """A container's request of ``name``; the limit stands in when only a limit is set (as the API
+    server defaults it)."""
+    raw = resources.requests.get(name, resources.limits.get(name))
+    if raw is None:
+        return Decimal(0)
+    if isinstance(raw, float):
+        raw = str(raw)
+    try:
+        return parse_quantity(raw)
+    except ValueError as exc:
+        raise DemandError(f"{where}.requests.{name}: {exc}") from None
+
+
+def _pod_request(pod: Pod, name: str) -> Decimal:
+    """Sum over containers, or the largest init container when larger: kube-scheduler's rule."""
+    spec = pod.spec
+    total = sum((_request(c.resources, name, f"spec.containers[{i}].resources")
+                 for i, c in enumerate(spec.containers)), Decimal(0))
+    init = max((_request(c.resources, name, f"spec.initContainers[{i}].resources")
+                for i, c in enumerate(spec.init_containers)), default=Decimal(0))
+    return max(total, init)
 
 
 def pod_demand(pod: Pod) -> PodDemand:
@@ -139,4 +169,6 @@ def pod_demand(pod: Pod) -> PodDemand:
         node_name=spec.node_name,
         pod_index=int(index_text) if index_text else None,
         tolerations=tuple(tolerations),
+        cpu_milli=math.ceil(_pod_request(pod, "cpu") * 1000),
+        memory_mib=math.ceil(_pod_request(pod, "memory") / (1024 * 1024)),
     )

@@ -399,3 +399,33 @@ def test_fabric_labels_that_contradict_each_other_are_dropped_for_the_later_node
     assert set(snap["quarantined"]) == {"b"} and "fabric labels ignored" in snap["quarantined"]["b"]
     assert snap["nodes"]["a"]["domains"]["leaf"] == "leaf-x"
     assert isinstance(ledger.plan(GangRequest(id="j", pods=2, gpus_per_pod=8)), Placement)
+
+
+def test_cpu_and_memory_of_gpu_pods_are_counted_on_their_nodes() -> None:
+    ledger = make(1)
+    body = pod("c", 2, node_name="n0")
+    body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1500m", "memory": "2Gi"}
+    body["spec"]["containers"].append({"name": "side", "resources": {"limits": {"cpu": "1", "memory": "100Mi"}}})
+    body["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "4"}}}]
+    ledger.upsert_pod(body)
+    snap = ledger._current()
+    assert (snap.cpu_used[0], snap.memory_used[0]) == (4000, 2048 + 100)   # init container wins for CPU
+    assert ledger.snapshot()["pods"]["c"]["cpuMilli"] == 4000
+    ledger.delete_pod("c")
+    assert (ledger._current().cpu_used[0], ledger._current().memory_used[0]) == (0, 0)
+    # A gang that needs more CPU than is left is refused with the CPU named.
+    ledger.upsert_pod(body)
+    result = ledger.plan(GangRequest(id="j", pods=1, gpus_per_pod=1, cpu_milli=61_000))
+    assert not isinstance(result, Placement) and "CPU" in result.reason
+
+
+def test_a_bad_cpu_quantity_is_named() -> None:
+    import pytest
+
+    from kubegang.extender._pods import DemandError, pod_demand
+    from kubegang.extender._wire import Pod
+
+    body = pod("q", 1)
+    body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "lots"}
+    with pytest.raises(DemandError, match=r"spec\.containers\[0\]\.resources\.requests\.cpu"):
+        pod_demand(Pod.model_validate(body))

@@ -1,0 +1,141 @@
+"""Issue 6, scenarios 2-6: topology, borrowing and reclaim, priority preemption, gang restarts, and a
+job its queue can never hold — each checked through the API as a user would see it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+GB200 = "NVIDIA-GB200"
+
+
+def _nodes_of(ops: Any, job: str) -> set[str]:
+    return {p["spec"]["nodeName"] for p in ops.running_pods(job)}
+
+
+def _preempted(ops: Any, job: str) -> bool:
+    cond = ops.condition(job, "Preempted")
+    return cond is not None and cond["status"] == "True"
+
+
+# -- 2. topology ----------------------------------------------------------------------------------
+def test_required_leaf_is_honoured_on_the_superpod(ops: Any) -> None:
+    ops.cluster.use_shape("superpod-h100")  # 4 leaves of 32 nodes x 8 GPUs
+    q = ops.queue("topo", [(H100, 2048)])
+    ops.job("in-leaf", q, 24, 8, topology={"required": "leaf"})
+    ops.wait_phase("in-leaf", "Running", timeout=120)
+    labels = ops.node_labels()
+    nodes = _nodes_of(ops, "in-leaf")
+    assert len(nodes) == 24
+    assert len({labels[n]["kubegang.io/leaf"] for n in nodes}) == 1, nodes
+    # One more than a leaf has nodes: never placed across leaves, waits with the extender's reason.
+    ops.job("too-wide", q, 33, 8, topology={"required": "leaf"})
+    status = ops.wait_phase("too-wide", "Queued", timeout=60)
+    cond = ops.condition("too-wide", "Queued")
+    assert cond is not None and cond["reason"] == "InsufficientGPUs", status
+    assert ops.pods("too-wide") == []
+
+
+def test_a_72_gpu_job_lands_in_one_nvlink_domain_on_gb200(ops: Any) -> None:
+    ops.cluster.use_shape("gb200-nvl72")  # 4 racks (NVLink domains) of 18 trays x 4 GPUs
+    # The agent publishes each tray's NVLink domain (GPUNode status) a moment after the node exists;
+    # a gang planned before that is placed without knowing the racks.
+    def domains() -> dict[str, str | None]:
+        return {gn["metadata"]["name"]: ((gn.get("status") or {}).get("nvlinkDomain") or {}).get("id")
+                for gn in ops.cluster.get_json("gpunodes")["items"]}
+
+    ops.cluster.wait_for("every tray's NVLink domain", lambda: len(
+        [d for d in domains().values() if d]) == 72, timeout=60, interval=1)
+    q = ops.queue("nvl", [(GB200, 288)])
+    # A small job first, so one rack is no longer whole and the big one must find another.
+    ops.job("small", q, 1, 4)
+    ops.wait_phase("small", "Running", timeout=60)
+    ops.job("nvl72", q, 18, 4)
+    ops.wait_phase("nvl72", "Running", timeout=120)
+    rack = domains()
+    nodes = _nodes_of(ops, "nvl72")
+    assert len(nodes) == 18
+    assert len({rack[n] for n in nodes}) == 1, {n: rack[n] for n in nodes}
+    assert rack[next(iter(_nodes_of(ops, "small")))] not in {rack[n] for n in nodes}
+    assert ops.status("nvl72")["placement"]["level"] == "nvlink"
+
+
+# -- 3. borrowing and reclaim ---------------------------------------------------------------------
+def test_borrowed_gang_is_preempted_whole_when_the_lender_submits_and_runs_again_later(ops: Any) -> None:
+    ops.cluster.use_shape("superpod-h100")
+    org = ops.queue("org", [(H100, 0)])
+    team_a = ops.queue("team-a", [(H100, 32)], parent=org)
+    team_b = ops.queue("team-b", [(H100, 32)], parent=org, preemption={"reclaimFromBorrowers": "Any"})
+    ops.job("a-big", team_a, 6, 8)  # 48 GPUs: 16 of them borrowed from idle team-b
+    ops.wait_phase("a-big", "Running", timeout=90)
+    first_attempt = {p["metadata"]["name"]: p["metadata"]["labels"]["kubegang.io/attempt"]
+                     for p in ops.pods("a-big")}
+    borrowed = ops.cluster.get_json("gpuqueue", team_a)["status"].get("borrowed")
+    assert borrowed == [{"flavor": H100, "gpus": 16}], borrowed
+
+    ops.job("b-job", team_b, 4, 8, annotations={"kubegang.io/fake-runtime": "20s"})
+    ops.cluster.wait_for("a-big to be preempted", lambda: _preempted(ops, "a-big"), timeout=60)
+    message = ops.condition("a-big", "Preempted")["message"]
+    assert f"{ops.namespace}/b-job" in message and "reclaim nominal quota" in message, message
+    ops.wait_phase("b-job", "Running", timeout=90)
+    # Whole: no pod of the preempted attempt is left; it waits in its queue.
+    assert not any(p["metadata"]["labels"]["kubegang.io/attempt"] in first_attempt.values()
+                   for p in ops.pods("a-big"))
+    assert ops.status("a-big")["phase"] == "Queued"
+    assert any(e["reason"] == "Preempted" for e in ops.events("a-big"))
+
+    ops.wait_phase("b-job", "Succeeded", timeout=90)
+    ops.wait_phase("a-big", "Running", timeout=120)
+    assert len(ops.running_pods("a-big")) == 6
+
+
+# -- 4. priority preemption -----------------------------------------------------------------------
+def test_high_priority_job_preempts_only_as_many_lower_priority_gangs_as_it_needs(ops: Any) -> None:
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("prio", [(H100, 64)], preemption={"withinQueue": "LowerPriority"})
+    lows = [f"low-{i}" for i in range(4)]
+    for name in lows:  # 4 x 16 GPUs fill the queue
+        ops.job(name, q, 2, 8, priority=0)
+    for name in lows:
+        ops.wait_phase(name, "Running", timeout=90)
+    ops.job("high", q, 4, 8, priority=100)  # 32 GPUs: two low gangs must go, not more
+    ops.wait_phase("high", "Running", timeout=120)
+    preempted = [name for name in lows if _preempted(ops, name)]
+    assert len(preempted) == 2, {n: ops.status(n).get("phase") for n in lows}
+    for name in preempted:
+        assert ops.status(name)["phase"] == "Queued"
+        assert f"{ops.namespace}/high" in ops.condition(name, "Preempted")["message"]
+        assert ops.pods(name) == []
+    for name in set(lows) - set(preempted):
+        assert ops.status(name)["phase"] == "Running" and len(ops.running_pods(name)) == 2
+
+
+# -- 5. restarts ----------------------------------------------------------------------------------
+def test_failing_worker_restarts_the_whole_gang_then_fails_after_restart_limit(ops: Any) -> None:
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("restart", [(H100, 64)])
+    ops.job("crashy", q, 3, 8, restartLimit=2,
+            annotations={"kubegang.io/fake-exit-code": "1", "kubegang.io/fake-fail-after": "2s"})
+    status = ops.wait_phase("crashy", "Failed", timeout=180)
+    assert status["restarts"] == 2, status
+    cond = ops.condition("crashy", "Failed")
+    assert cond is not None and cond["reason"] == "RestartLimitReached", status
+    assert "restartLimit 2 reached" in cond["message"] and "exit code 1" in cond["message"], cond
+    restarting = [e for e in ops.events("crashy") if e["reason"] == "GangRestarting"]
+    assert len(restarting) == 2 and all("restarting the whole gang" in e["message"] for e in restarting)
+    # Only the last attempt's pods are kept (for their logs): every earlier one went whole.
+    pods = ops.pods("crashy")
+    assert len(pods) == 3 and len({p["metadata"]["labels"]["kubegang.io/attempt"] for p in pods}) == 1
+    assert all(p["status"]["phase"] == "Failed" for p in pods)
+
+
+# -- 6. larger than the queue can ever hold -------------------------------------------------------
+def test_job_larger_than_its_queue_can_ever_hold_is_unschedulable_with_the_reason(ops: Any) -> None:
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("small", [(H100, 16)])
+    ops.job("huge", q, 4, 8)
+    status = ops.wait_phase("huge", "Unschedulable", timeout=60)
+    cond = ops.condition("huge", "Unschedulable")
+    assert cond is not None and cond["status"] == "True" and cond["reason"] == "ExceedsQueueCapacity", status
+    assert q in cond["message"] and "32" in cond["message"], cond
+    assert ops.pods("huge") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -464,3 +465,29 @@ def test_vectorised_filter_agrees_with_the_core(load: list[tuple[int, int]], nee
     assert set(verdict.failed) == set(failed)
     for name, reason in verdict.failed.items():
         assert reason.startswith(failed[name])   # plus, where GPUs are reserved, how many
+
+
+def test_after_a_restart_a_partly_created_gang_can_be_reserved_again_with_its_placement() -> None:
+    first = make(3)
+    gang = GangRequest(id="job-1", pods=2, gpus_per_pod=8)
+    placement = reserve(first, "job-1", pods=2)
+    a0, a1 = placement.assignments
+    created = pod("g0", 8, pinned=a0.node, gpu_idx=",".join(map(str, a0.gpus)), job="job-1", index=0)
+    # The extender restarts after pod 0 was created: its reservation of pod 1 is gone.
+    ledger = Ledger()
+    ledger.replace_all([node(f"n{i}", 8, leaf=f"leaf-{i // 2}") for i in range(3)], {}, [created])
+    assert not isinstance(ledger.reserve(gang, None, 60).result, Placement)   # no placement: refused
+    moved = Placement(gang_id="job-1", assignments=(replace(a0, node=a1.node), replace(a1, node=a0.node)),
+                      level=placement.level, domain=placement.domain, score=0, preferred_met=True)
+    assert not isinstance(ledger.reserve(gang, moved, 60).result, Placement)  # contradicts pod 0
+    again = ledger.reserve(gang, placement, 60)
+    assert again.result == placement
+    assert a1.node not in ledger.filter(demand(1), [a1.node]).passed         # pod 1's GPUs held again
+    ledger.upsert_pod(pod("g1", 8, pinned=a1.node, gpu_idx=",".join(map(str, a1.gpus)), job="job-1", index=1))
+    assert ledger.reservation_count == 0                                      # both pods hold their GPUs
+    # GPUs taken meanwhile: refused with a reason that says what to do.
+    other = Ledger()
+    other.replace_all([node(f"n{i}", 8, leaf=f"leaf-{i // 2}") for i in range(3)], {},
+                      [created, pod("thief", 8, node_name=a1.node)])
+    taken = other.reserve(gang, placement, 60)
+    assert not isinstance(taken.result, Placement) and "taken meanwhile" in taken.result.reason

@@ -14,12 +14,12 @@ arrived workload (GPUs requested so far over capacity); the curve is read at 0..
 Every constraint of a task is honoured: CPU, memory, GPU count, GPU fraction (``gpu_milli``) and the
 GPU models it accepts (``gpu_spec``, ``A|B``). Policies:
 
-- ``kubegang``: the core's single-pod placement, ``kubegang.placement.plan`` (fragmentation-aware
-  best fit: tightest shared GPU, fullest node, keep whole nodes free). A task accepting several
-  models is planned once per model and the best-scored placement wins. CPU-only tasks cannot be
-  expressed as a ``GangRequest`` (it needs a GPU), so the adapter places them itself on the
-  feasible node with the fewest whole free GPUs (then the least free CPU): GPU-rich nodes keep
-  their CPUs for GPU tasks.
+- ``kubegang``: the core's single-pod placement, ``kubegang.placement.plan``: FGD, the pod goes where
+  it grows the node's fragmentation least, measured against the trace's task mix
+  (``workload_mix``; ``kubegang/placement/_fragmentation.py``). A task accepting several models is
+  planned once per model and the best-scored placement wins. CPU-only tasks cannot be expressed
+  as a ``GangRequest`` (it needs a GPU), so the adapter asks the same fragmentation index for the
+  node where the task's CPU and memory grow fragmentation least (ties: the fewest free GPUs).
 - ``random`` and ``bestfit``: re-implementations of the paper's Random-fit and Best-fit baselines
   (its simulator's ``getBestFitScore``: score = 1 - 0.5 (free CPU - request) / max CPU - 0.5 (free
   GPU milli - request) / max GPU milli, scaled to 0..100 as an integer, ties broken at random as
@@ -223,18 +223,15 @@ def bestfit_placer(snapshot: Snapshot, rng: random.Random) -> tuple[Placer, Call
 
 
 def kubegang_placer(snapshot: Snapshot, rng: random.Random) -> tuple[Placer, Callable[[int], None]]:
-    """The core's ``plan`` for GPU tasks; the adapter's rule for CPU-only ones (module docstring)."""
+    """The core's ``plan`` for GPU tasks, its fragmentation index for CPU-only ones (module docstring)."""
     arrays = _Arrays(snapshot)
-    any_cap = snapshot.capacity.get(ANY_FLAVOUR)
 
     def place(task: Task) -> Allocation | None:
         if task.num_gpu == 0:
-            nodes = np.flatnonzero(arrays.feasible(task))
-            if not len(nodes):
-                return None
-            free_gpus = arrays.whole[nodes] if any_cap is not None else np.zeros(len(nodes), dtype=np.int64)
-            order = np.lexsort((arrays.cpu_free[nodes], free_gpus))
-            return _on_node(snapshot, task, task.name, int(nodes[order[0]]), None)
+            shape = TaskShape(0, MILLI, task.cpu_milli, task.memory_mib)
+            for _, members in snapshot.fragmentation.ranked(shape):
+                return _on_node(snapshot, task, task.name, min(members), None)
+            return None
         best: tuple[Placement, GangRequest] | None = None
         for model in task.gpu_spec or (None,):
             gang = GangRequest(

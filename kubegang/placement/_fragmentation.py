@@ -54,7 +54,7 @@ class TaskShape:
     """What one pod of the workload asks for: the unit of the fragmentation measure."""
 
     gpus: int = 1
-    """GPUs per pod, >= 1 (1 for a share of a GPU)."""
+    """GPUs per pod: 1 for a share of a GPU, 0 for a CPU-only pod (it competes for CPU and memory)."""
     gpu_milli: int = MILLI
     """Thousandths of each GPU: 1000 for whole GPUs, 1..999 for a share (then ``gpus`` is 1)."""
     cpu_milli: int = 0
@@ -65,8 +65,8 @@ class TaskShape:
     """Capacity keys (``*``, ``gpu:<product>``, ``mig:<profile>``) of the GPUs it accepts, any of."""
 
     def __post_init__(self) -> None:
-        if self.gpus < 1:
-            raise ValueError(f"TaskShape.gpus must be >= 1, got {self.gpus}")
+        if self.gpus < 0:
+            raise ValueError(f"TaskShape.gpus must be >= 0, got {self.gpus}")
         if not 0 < self.gpu_milli <= MILLI:
             raise ValueError(f"TaskShape.gpu_milli must be in 1..1000, got {self.gpu_milli}")
         if self.gpu_milli < MILLI and self.gpus != 1:
@@ -93,13 +93,14 @@ class WorkloadMix:
 
     ``observe`` each request as it is seen; an observation ``half_life`` observations old weighs
     half as much as a new one. The distribution keeps the most frequent shapes that together make
-    ``coverage`` of the weight (at most ``max_shapes``), like the paper's "typical pods", and is
+    ``coverage`` of the weight (at most ``max_shapes``, which bounds the cost of one value; the
+    paper's "typical pods" keep 95%, but on openb every shape counted did better), and is
     re-derived every ``refresh_every`` observations (``version`` moves then, which invalidates the
     memoised fragmentation values), so a busy stream of requests does not defeat memoisation.
     """
 
     def __init__(self, shapes: Mapping[TaskShape, float] | None = None, *, half_life: float = 5000.0,
-                 coverage: float = 0.95, max_shapes: int = 64, refresh_every: int = 200) -> None:
+                 coverage: float = 1.0, max_shapes: int = 256, refresh_every: int = 200) -> None:
         if not half_life > 0:
             raise ValueError(f"WorkloadMix.half_life must be > 0 observations, got {half_life}")
         if not 0 < coverage <= 1:
@@ -252,6 +253,9 @@ class FragmentationModel:
             total = sum(m for m, _ in gpus)
             usable: list[int | None] = []
             for shape in self._shapes:
+                if not shape.gpus:  # a CPU-only pod uses no GPU: all of it is a fragment to it
+                    usable.append(None)
+                    continue
                 room = [m for m, k in gpus if m >= shape.gpu_milli and self.accepts(k, shape.flavours)]
                 usable.append(sum(room) if len(room) >= shape.gpus else None)
             terms = self._gpu_terms[gpus] = (total, usable)
@@ -287,7 +291,9 @@ class FragmentationIndex:
         self._state_id: dict[tuple[GpuState, int, int], int] = {}
         self._states: list[tuple[GpuState, int, int]] = []
         self._members: dict[int, set[int]] = {}
-        """State id -> nodes in it, for states with some GPU room left."""
+        """State id -> nodes in it (every node is in one)."""
+        self._gpu_members: dict[int, set[int]] = {}
+        """The same, for states with some GPU room left (what GPU pods search)."""
         self._model: FragmentationModel | None = None
         self._version = -1
         """The model (and its version) the groups and memoised choices belong to."""
@@ -301,6 +307,7 @@ class FragmentationIndex:
             self._state_id.clear()
             self._states.clear()
             self._members.clear()
+            self._gpu_members.clear()
             self._node_state = [-1] * len(self._node_state)
             self.dirty = set(range(len(self._node_state)))
         if model.version != self._version:
@@ -326,14 +333,16 @@ class FragmentationIndex:
             old = self._node_state[n]
             if old == sid:
                 continue
-            group = self._members.get(old)
-            if group is not None:
-                group.discard(n)
-                if not group:
-                    del self._members[old]
+            for groups in (self._members, self._gpu_members):
+                group = groups.get(old)
+                if group is not None:
+                    group.discard(n)
+                    if not group:
+                        del groups[old]
             self._node_state[n] = sid
+            self._members.setdefault(sid, set()).add(n)
             if gpus:
-                self._members.setdefault(sid, set()).add(n)
+                self._gpu_members.setdefault(sid, set()).add(n)
         self.dirty.clear()
 
     def node_fragmentation(self, n: int) -> float:
@@ -355,9 +364,10 @@ class FragmentationIndex:
         model = self._refresh()
         memo = self._choices.setdefault(shape, {})
         states = self._states
+        groups = self._gpu_members if shape.gpus else self._members
         best: Choice | None = None
         best_sid = -1
-        for sid in self._members:
+        for sid in groups:
             if sid in memo:
                 got = memo[sid]
             else:
@@ -366,11 +376,11 @@ class FragmentationIndex:
                 best, best_sid = got, sid
         if best is None:
             return
-        yield best, self._members[best_sid]
-        rest = sorted((got.key, sid, got) for sid in list(self._members)
+        yield best, groups[best_sid]
+        rest = sorted((got.key, sid, got) for sid in list(groups)
                       if sid != best_sid and (got := memo.get(sid)) is not None)
         for _, sid, got in rest:
-            members = self._members.get(sid)
+            members = groups.get(sid)
             if members:
                 yield got, members
 
@@ -389,6 +399,9 @@ def _best_choice(model: FragmentationModel, state: tuple[GpuState, int, int], sh
     mem_after = mem - shape.memory_mib
     before = model.fragmentation(gpus, cpu, mem)
     total = sum(m for m, _ in gpus)
+    if not shape.gpus:
+        delta = model.fragmentation(gpus, cpu_after, mem_after) - before
+        return Choice((round(delta, 3), total, min(cpu_after, UNLIMITED)), delta, 0, -1)
     best: Choice | None = None
     for m, kind in dict.fromkeys(gpus):  # each distinct (room, kind) once
         if m < shape.gpu_milli or not model.accepts(kind, shape.flavours):
@@ -397,8 +410,9 @@ def _best_choice(model: FragmentationModel, state: tuple[GpuState, int, int], sh
         if after is None:
             continue
         delta = model.fragmentation(after, cpu_after, mem_after) - before
-        # Round so float noise never outranks the tie-breaks (best fit, then least CPU left).
-        key = (round(delta, 9), total - shape.gpus * shape.gpu_milli, min(cpu_after, UNLIMITED))
+        # To a thousandth of a GPU (the unit of sharing): smaller differences are noise, and must
+        # not outrank the tie-breaks (best fit, then least CPU left).
+        key = (round(delta, 3), total - shape.gpus * shape.gpu_milli, min(cpu_after, UNLIMITED))
         cand = Choice(key, delta, m, kind)
         if best is None or (cand.key, cand.gpu_milli) < (best.key, best.gpu_milli):
             best = cand
@@ -436,4 +450,3 @@ def node_state(milli: Sequence[int], keys: Sequence[tuple[str, ...]], model: Fra
 def logistic_value(delta: float, scale: float) -> float:
     """0..1, 0.5 at no change: how good a fragmentation change of ``delta`` GPUs is."""
     return 1.0 / (1.0 + math.exp(max(-50.0, min(50.0, delta / scale))))
-

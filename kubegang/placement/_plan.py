@@ -43,8 +43,8 @@ def plan(gang: GangRequest, snapshot: Snapshot) -> PlanResult:
         single = _plan_single(gang, snapshot)
         if single is not None:
             return single
-    if gang.fractional:
-        return _plan_fraction(gang, snapshot)
+        if gang.fractional:
+            return _no_fraction(gang)
     top = gang.required_level if gang.required_level is not None else Level.CLUSTER
     cap = snapshot.capacity.get(gang.flavour)
     if cap is None:
@@ -54,6 +54,8 @@ def plan(gang: GangRequest, snapshot: Snapshot) -> PlanResult:
     for level in FABRIC_LEVELS:
         if level > top:
             break
+        if gang.pods == 1 and level < top:
+            continue  # no node holds the pod (``_plan_single``): only the reason is left to find
         for domain in _candidates(cap, snapshot, gang, level):
             fit = measure(snapshot, gang, level, domain, static_ok)
             if fit.pods >= gang.pods:
@@ -212,11 +214,7 @@ def _plan_fraction(gang: GangRequest, snapshot: Snapshot) -> PlanResult:
             if best is not None:
                 break
     if best is None:
-        return Unplaceable(
-            gang.id,
-            f"needs {want}/1000 of one {flavour_words(gang)} GPU; no eligible node has that much free",
-            Level.NODE,
-        )
+        return _no_fraction(gang)
     _, _, n, position = best
     node = topo.nodes[n]
     return Placement(
@@ -226,6 +224,14 @@ def _plan_fraction(gang: GangRequest, snapshot: Snapshot) -> PlanResult:
         domain=node.name,
         score=_score(Level.NODE, want, best[0]),
         preferred_met=True,
+    )
+
+
+def _no_fraction(gang: GangRequest) -> Unplaceable:
+    return Unplaceable(
+        gang.id,
+        f"needs {gang.gpu_fraction_milli}/1000 of one {flavour_words(gang)} GPU; no eligible node has that much free",
+        Level.NODE,
     )
 
 

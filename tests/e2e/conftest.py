@@ -189,3 +189,10 @@ def kubegang(cluster: Cluster) -> Iterator[Kubegang]:
         yield Kubegang(cluster, json.loads((cluster.cluster_dir / "kubegang.json").read_text()))
     finally:
         _hack("kubegang", "down", cluster_dir=cluster.cluster_dir)
+
+
+@pytest.fixture(scope="session")
+def crds(cluster: Cluster) -> None:
+    """kubegang's CRDs applied (and Established), for tests that do not start the kubegang stack."""
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")

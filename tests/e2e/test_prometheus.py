@@ -28,7 +28,7 @@ import httpx
 import pytest
 import yaml
 
-from kubegang.tls import write_pki
+from kubegang.tls import client_ssl_context, write_pki
 
 Cluster = Any  # the `cluster` fixture's object (tests/e2e/conftest.py)
 REPO = Path(__file__).resolve().parents[2]
@@ -130,8 +130,11 @@ def _queue_and_job(namespace: str) -> list[dict[str, Any]]:
 def _filter_requests(port: int, pki: Any, node: str) -> None:
     pod = {"metadata": {"name": "probe", "namespace": "default", "uid": "probe-uid"},
            "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
-    with httpx.Client(verify=str(pki.ca_cert), cert=(str(pki.client_cert), str(pki.client_key)),
-                      base_url=f"https://127.0.0.1:{port}", timeout=10) as client:
+    # An SSLContext, not verify=<path> + cert=: with a path for verify, httpx 0.28 returns before it
+    # loads `cert` (httpx/_config.py), so no client certificate is sent and the mTLS server drops
+    # the connection after the TLS 1.3 handshake.
+    ctx = client_ssl_context(pki.ca_cert, pki.client_cert, pki.client_key)
+    with httpx.Client(verify=ctx, base_url=f"https://127.0.0.1:{port}", timeout=10) as client:
         for _ in range(5):
             assert client.post("/filter", json={"Pod": pod, "NodeNames": [node]}).status_code == 200
             assert client.post("/prioritize", json={"Pod": pod, "NodeNames": [node]}).status_code == 200
@@ -148,7 +151,7 @@ def _query(prom: str, expr: str) -> list[dict[str, Any]]:
 
 
 def test_prometheus_scrapes_and_every_dashboard_query_has_data(
-        cluster: Cluster, namespace: str, processes: Processes, tmp_path: Path) -> None:
+        cluster: Cluster, crds: None, namespace: str, processes: Processes, tmp_path: Path) -> None:
     cluster.use_shape("superpod-h100")
     prometheus = _prometheus()
     node = cluster.kubectl("get", "nodes", "-l", "type=kwok", "-o", "name").stdout.split()[0].removeprefix("node/")

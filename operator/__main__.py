@@ -6,8 +6,9 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import start_http_server
 
@@ -22,6 +23,19 @@ def _on_off(value: str) -> bool:
     if value.lower() in ("off", "false", "0", "no"):
         return False
     raise argparse.ArgumentTypeError(f"expected on or off, got {value!r}")
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], Any]:
+    def parse(value: str) -> Any:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+        if number <= 0:
+            raise argparse.ArgumentTypeError(f"must be greater than 0, got {value!r}")
+        return number
+
+    return parse
 
 
 def parser() -> argparse.ArgumentParser:
@@ -49,8 +63,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--leader-election", type=_on_off, default=True, metavar="on|off", help="campaign for the Lease")
     p.add_argument("--identity", help="holderIdentity in the Lease (default: hostname)")
     p.add_argument("--lease-duration", type=int, default=15, help="Lease duration, seconds")
-    p.add_argument("--api-qps", type=float, default=50.0, help="client-side rate limit of API writes")
-    p.add_argument("--api-burst", type=int, default=100, help="client-side burst of API writes")
+    p.add_argument("--api-qps", type=_positive(float), default=200.0, help="client-side rate limit of API writes")
+    p.add_argument("--api-burst", type=_positive(int), default=400, help="client-side burst of API writes")
+    p.add_argument(
+        "--creation-concurrency",
+        type=_positive(int),
+        default=32,
+        help="gangs whose pods are created in the background at once",
+    )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return p
 
@@ -74,6 +94,7 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         renew_interval_seconds=max(args.lease_duration / 3, 1.0),
         api_qps=args.api_qps,
         api_burst=args.api_burst,
+        creation_concurrency=args.creation_concurrency,
         **extra,
     )
 

@@ -9,7 +9,13 @@ Each cycle takes a fresh look at the cache and walks the heads of the leaf queue
    preferred); no room → try preemption, else Queued. Then take the quota and ``Reserve`` the placement.
 4. **Record**: assume the admission in the cache, then confirm it in GPUJob status (phase Admitted,
    ``status.placement``); a new leader reads admissions from there.
-5. **Create**: the Service / hostfile ConfigMap the framework needs, then every pod of the gang.
+5. **Create**: hand the gang to a bounded set of background tasks (the Service / hostfile ConfigMap
+   the framework needs, then every pod at once) and go on to the next decision.
+
+Decisions stay sequential: the extender holds the reservation before the next ``Plan``, so capacity
+is never counted twice, while the slow part (one API write per pod) overlaps with later decisions.
+The number of gangs in creation is bounded (back-pressure well inside the reservation TTL). Reports
+that decide nothing (Queued reasons, Events) go to the background lane (``_status_writer``).
 
 A failure at any step undoes the earlier ones in reverse (delete what was created, reset the status,
 release the reservation, give the quota back), so a job is either fully admitted or still waiting.
@@ -24,7 +30,7 @@ import dataclasses
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -41,6 +47,7 @@ from kubegang.operator._conditions import (
 from kubegang.operator._gang_objects import DEFAULT_MASTER_PORT, build_gang
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import KubePort, PlacementPort, QuotaPort
+from kubegang.operator._status_writer import StatusWriter
 from kubegang.operator._types import GangPlacement
 
 log = logging.getLogger("kubegang.operator.admission")
@@ -50,6 +57,10 @@ _NOT_ADMITTED: dict[str, Any] = {"admittedAt": None, "podsCreatedAt": None, "rea
 preferred when the gang is placed again, and a new admission overwrites it."""
 
 Clock = Callable[[], dt.datetime]
+
+MESSAGE_REFRESH_SECONDS = 30.0
+"""A waiting job's message (numbers of free GPUs, quota left) is rewritten at most this often while
+its phase and reason stay the same: fresh enough for a human, not a write per cycle per job."""
 
 
 def utcnow() -> dt.datetime:
@@ -91,6 +102,8 @@ class Admission:
         master_port: int = DEFAULT_MASTER_PORT,
         clock: Clock = utcnow,
         max_rounds: int = 8,
+        creation_concurrency: int = 32,
+        writer: StatusWriter | None = None,
     ) -> None:
         self.cache = cache
         self.quota = quota
@@ -103,6 +116,13 @@ class Admission:
         self._never: dict[str, int] = {}
         """UID → generation of jobs found Unschedulable under the current queue tree."""
         self.max_rounds = max_rounds
+        self.writer = writer or StatusWriter(kube, on_lost=cache.forget)
+        self._creating: dict[str, asyncio.Task[None]] = {}
+        """UID → the background task creating that gang's objects."""
+        self._creation_slots = asyncio.Semaphore(creation_concurrency)
+        self._background: set[asyncio.Task[Any]] = set()
+        self._waiting_written: dict[str, tuple[str, str, float]] = {}
+        """UID → (phase, reason, monotonic time) of the last waiting status written."""
 
     # -- housekeeping before a cycle -------------------------------------------------------------
     def sync_queues(self) -> list[str]:
@@ -125,8 +145,30 @@ class Admission:
         """Give back the reservation and quota of jobs deleted since the last cycle."""
         while self.cache.deleted:
             uid = self.cache.deleted.pop()
+            self.writer.discard(uid)
+            self._waiting_written.pop(uid, None)
             self.quota.release(uid)
             await self.placement.release(uid)
+
+    # -- background work ---------------------------------------------------------------------------
+    def creating(self, uid: str) -> bool:
+        """Whether the gang of ``uid`` is being created right now (the supervisor leaves it alone)."""
+        return uid in self._creating
+
+    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def notify(self, job: JobView, reason: str, message: str, *, warning: bool = False) -> None:
+        """Record an Event without waiting for it (Events are for humans; decisions do not wait)."""
+        self._spawn(self.kube.event(job, reason, message, warning=warning))
+
+    async def settle(self) -> None:
+        """Wait for every gang in creation, Event and queued status write (tests, shutdown)."""
+        while self._creating or self._background:
+            await asyncio.gather(*self._creating.values(), *self._background, return_exceptions=True)
+        await self.writer.settle()
 
     # -- the cycle -------------------------------------------------------------------------------
     async def run_cycle(self) -> list[Outcome]:
@@ -165,7 +207,7 @@ class Admission:
             candidates = [job for job in candidates if job.uid not in tried]
         for job in candidates:
             if job.phase is Phase.PENDING:
-                await self._mark_waiting(
+                self._mark_waiting(
                     job, Phase.QUEUED, "WaitingInQueue", f"waiting in queue {job.queue} behind jobs admitted first"
                 )
         return outcomes
@@ -181,12 +223,12 @@ class Admission:
         possible = [(option, verdict) for option, verdict in options if not verdict.never]
         if not possible:
             reason = "; ".join(dict.fromkeys(verdict.reason for _, verdict in options))
-            await self._mark_waiting(job, Phase.UNSCHEDULABLE, "ExceedsQueueCapacity", reason)
+            self._mark_waiting(job, Phase.UNSCHEDULABLE, "ExceedsQueueCapacity", reason)
             return Outcome(job.key, "Unschedulable", reason)
         waiting_for = self._preempting.get(job.uid)
         if waiting_for and any(self.cache.pods.get(uid) for uid in waiting_for):
             # Their GPUs are not free until their pods are gone; planning now would race them.
-            return await self._queued(job, "Preempting", "waiting for preempted gangs to terminate")
+            return self._queued(job, "Preempting", "waiting for preempted gangs to terminate")
         fitting = [option for option, verdict in possible if verdict.ok]
         if not fitting:
             first, verdict = possible[0]
@@ -208,12 +250,12 @@ class Admission:
         job, placement = chosen
         taken = self.quota.admit(job)
         if not taken.ok:
-            return await self._queued(job, "QuotaExhausted", f"waiting for quota in queue {job.queue}: {taken.reason}")
+            return self._queued(job, "QuotaExhausted", f"waiting for quota in queue {job.queue}: {taken.reason}")
         with _timed("reserve"):
             reserved = await self.placement.reserve(job, placement)
         if not reserved.ok:
             self.quota.release(job.uid)
-            return await self._queued(job, "ReservationFailed", f"waiting for GPUs: {reserved.reason}")
+            return self._queued(job, "ReservationFailed", f"waiting for GPUs: {reserved.reason}")
 
         # (4) Record the admission: assume, then confirm in the API.
         try:
@@ -226,21 +268,38 @@ class Admission:
             self.quota.release(job.uid)
             return Outcome(job.key, "Error", f"recording the admission failed: {exc}")
 
-        # (5) Create the framework objects and every pod of the gang.
-        with _timed("create"):
-            error = await self.create_gang(admitted, placement)
-        if error is not None:
-            await self._undo_admission(admitted, error)
-            return Outcome(job.key, "Error", error)
+        # (5) Create the framework objects and every pod of the gang, off the decision path. Waiting for
+        # a creation slot is the back-pressure that keeps reservations far from their TTL.
+        await self._creation_slots.acquire()
+        self._creating[job.uid] = asyncio.create_task(
+            self._create_in_background(admitted, placement), name=f"kubegang-create-{job.key}"
+        )
         self._preempting.pop(job.uid, None)
+        self._waiting_written.pop(job.uid, None)
         metrics.JOBS_ADMITTED.labels(job.queue).inc()
         metrics.QUEUE_WAIT_SECONDS.labels(job.queue).observe(max((self.clock() - job.created).total_seconds(), 0))
         message = f"admitted to queue {job.queue} on {len(placement.nodes)} nodes" + (
             f" in {placement.domain}" if placement.domain else ""
         )
-        await self.kube.event(admitted, "Admitted", message)
+        self.notify(admitted, "Admitted", message)
         log.info("admitted %s: %s", job.key, message)
         return Outcome(job.key, "Admitted", message)
+
+    async def _create_in_background(self, job: JobView, placement: GangPlacement) -> None:
+        try:
+            with _timed("create"):
+                error = await self.create_gang(job, placement)
+        except Exception as exc:  # create_gang reports its own failures; this is a bug guard
+            error = f"creating the gang failed: {exc}"
+        finally:
+            # Before the undo: teardown waits for a gang in creation, and must not wait for itself.
+            self._creating.pop(job.uid, None)
+            self._creation_slots.release()
+        if error is not None:
+            try:
+                await self._undo_admission(job, error)
+            except Exception:
+                log.exception("undoing the admission of %s failed", job.key)
 
     async def _record_admission(self, job: JobView, placement: GangPlacement) -> JobView:
         now = self.clock()
@@ -254,13 +313,16 @@ class Admission:
         status["readyReplicas"] = 0
         status["totalGPUs"] = job.total_gpus
         assumed = self.cache.assume(job, status)
-        await self.kube.patch_job_status(job, status)
+        await self.writer.write(job, status)
         return assumed
 
     async def create_gang(self, job: JobView, placement: GangPlacement) -> str | None:
         """Step 5: create the gang's objects (idempotent); returns an error message or None.
 
         Also used by the supervisor for an admission recorded by a leader that died before step 5.
+        ``podsCreatedAt`` is assumed here and written with the gang's next status write (Running,
+        ready count, requeue): one write fewer per job. A new leader that finds it unwritten counts
+        the gang timeout from ``admittedAt``, which is earlier, so a gang never waits longer.
         """
         objects = build_gang(job, placement, master_port=self.master_port)
         try:
@@ -272,12 +334,7 @@ class Admission:
         except Exception as exc:
             log.exception("creating the gang of %s failed", job.key)
             return f"creating pods failed: {exc}"
-        created = {"podsCreatedAt": now_rfc3339(self.clock())}
-        self.cache.assume(job, created)
-        try:
-            await self.kube.patch_job_status(job, created)
-        except Exception as exc:
-            log.warning("could not record podsCreatedAt for %s: %s", job.key, exc)
+        self.cache.assume(job, {"podsCreatedAt": now_rfc3339(self.clock())})
         return None
 
     async def _undo_admission(self, job: JobView, error: str) -> None:
@@ -287,12 +344,16 @@ class Admission:
         patch.update(_NOT_ADMITTED)
         self.cache.assume(job, patch)
         try:
-            await self.kube.patch_job_status(job, patch)
+            await self.writer.write(job, patch)
         except Exception:
             log.exception("could not reset the status of %s after a failed admission", job.key)
 
     async def teardown(self, job: JobView, *, keep_finished_pods: bool = False) -> None:
         """Delete the gang's pods (all at once) and release its reservation and quota."""
+        creating = self._creating.get(job.uid)
+        if creating is not None and creating is not asyncio.current_task():
+            # Deleting while its creation still runs could leave a pod created after the delete.
+            await asyncio.wait({creating})
         pods = self.cache.pods_of(job.uid)
         doomed = [p for p in pods if not (keep_finished_pods and p.phase in ("Succeeded", "Failed"))]
         names = {p.name for p in doomed}
@@ -312,13 +373,13 @@ class Admission:
     async def _preempt_or_queue(self, job: JobView, reason: str, message: str) -> Outcome:
         victims = await self._choose_victims(job)
         if not victims:
-            return await self._queued(job, reason, message)
+            return self._queued(job, reason, message)
         for victim, why in victims:
             await self.evict(victim, preemptor=job, why=why)
         self._preempting[job.uid] = frozenset(v.uid for v, _ in victims)
         names = ", ".join(v.key for v, _ in victims)
-        await self.kube.event(job, "Preempting", f"evicting {len(victims)} gang(s) to make room: {names}")
-        await self._mark_waiting(job, Phase.QUEUED, "Preempting", f"{message}; preempting {names}")
+        self.notify(job, "Preempting", f"evicting {len(victims)} gang(s) to make room: {names}")
+        self._mark_waiting(job, Phase.QUEUED, "Preempting", f"{message}; preempting {names}")
         return Outcome(job.key, "Preempting", names)
 
     async def _choose_victims(self, job: JobView) -> list[tuple[JobView, str]]:
@@ -374,29 +435,36 @@ class Admission:
         )
         status.update(_NOT_ADMITTED)
         self.cache.assume(victim, status)
-        await self.kube.patch_job_status(victim, status)
-        await self.kube.event(victim, "Preempted", message, warning=True)
+        await self.writer.write(victim, status)
+        self.notify(victim, "Preempted", message, warning=True)
         metrics.JOBS_PREEMPTED.labels(victim.queue).inc()
         log.info("evicted %s: %s", victim.key, message)
 
-    async def _queued(self, job: JobView, reason: str, message: str) -> Outcome:
-        await self._mark_waiting(job, Phase.QUEUED, reason, message)
+    def _queued(self, job: JobView, reason: str, message: str) -> Outcome:
+        self._mark_waiting(job, Phase.QUEUED, reason, message)
         return Outcome(job.key, "Queued", message)
 
-    async def _mark_waiting(self, job: JobView, phase: Phase, reason: str, message: str) -> None:
+    def _mark_waiting(self, job: JobView, phase: Phase, reason: str, message: str) -> None:
+        """Say why ``job`` waits, in the background lane, and only when that is news.
+
+        A new phase or reason is written at once (queued behind decisions); a new message under the
+        same reason (free-GPU numbers move every cycle) at most every ``MESSAGE_REFRESH_SECONDS``.
+        """
         cond_type = CondType.UNSCHEDULABLE if phase is Phase.UNSCHEDULABLE else CondType.QUEUED
         current = get_condition(job.status.get("conditions") or [], cond_type)
-        if job.phase is phase and current is not None and current.get("message") == message:
-            return  # nothing new to tell; avoid a write per cycle per waiting job
+        if job.phase is phase and current is not None and current.get("reason") == reason:
+            if current.get("message") == message:
+                return
+            last = self._waiting_written.get(job.uid)
+            fresh = last is not None and time.monotonic() - last[2] < MESSAGE_REFRESH_SECONDS
+            if fresh and last is not None and last[:2] == (phase.value, reason):
+                return
         patch = transition(job.status, phase, reason, message, now=self.clock(), observed_generation=job.generation)
         if phase is Phase.UNSCHEDULABLE:
-            await self.kube.event(job, reason, message, warning=True)
+            self.notify(job, reason, message, warning=True)
         self.cache.assume(job, patch)
-        try:
-            await self.kube.patch_job_status(job, patch)
-        except Exception:
-            self.cache.forget(job.uid)
-            log.exception("could not mark %s %s", job.key, phase.value)
+        self._waiting_written[job.uid] = (phase.value, reason, time.monotonic())
+        self.writer.later(job, patch)
 
     def _export_queue_gauges(self, pending: Sequence[JobView]) -> None:
         counts: dict[str, int] = {name: 0 for name in self.cache.queues}

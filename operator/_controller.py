@@ -1,8 +1,10 @@
 """The leader's work loop: rebuild from the API, then admit, supervise and report, one at a time.
 
-A single asyncio task runs the admission cycle, the gang supervisor and the GPUQueue status writer in
-turn, so no two decisions ever race inside one process, and only the replica that holds the Lease
-runs it. It wakes on any cache change (debounced) or after ``resync_seconds``.
+A single asyncio task runs the admission cycle and the gang supervisor in turn, so no two decisions
+ever race inside one process, and only the replica that holds the Lease runs it. It wakes on any cache
+change (debounced) or after ``resync_seconds``. Gang creation, Events, waiting reasons and GPUQueue
+status are written by background tasks (``_admission``, ``_status_writer``): GPUQueue status at most
+every ``QUEUE_STATUS_SECONDS``, since pending counts move with every cycle of a burst.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ log = logging.getLogger("kubegang.operator.controller")
 
 DEBOUNCE_SECONDS = 0.05
 """Let a burst of watch events settle into one cycle."""
+
+QUEUE_STATUS_SECONDS = 1.0
+"""Shortest interval between two GPUQueue status passes (a report, not a decision)."""
 
 
 class Leadership(Protocol):
@@ -100,6 +105,8 @@ class Controller:
         self.resync = resync
         self.resync_seconds = resync_seconds
         self._written: dict[str, Mapping[str, Any]] = {}
+        self._queue_status_task: asyncio.Task[None] | None = None
+        self._queue_status_at = -math.inf
 
     async def run(self) -> None:
         """Forever: wait for leadership, rebuild, then cycle while leading."""
@@ -137,11 +144,25 @@ class Controller:
             due = await self.supervisor.run_pass()
         except Exception:
             log.exception("supervision pass failed")
-        try:
-            await self.write_queue_status()
-        except Exception:
-            log.exception("writing GPUQueue status failed")
+        self._start_queue_status()
         return due
+
+    def _start_queue_status(self) -> None:
+        """Write GPUQueue status in the background, one pass at a time, at most every second."""
+        loop = asyncio.get_running_loop()
+        if self._queue_status_task is not None and not self._queue_status_task.done():
+            return
+        if loop.time() - self._queue_status_at < QUEUE_STATUS_SECONDS:
+            return
+        self._queue_status_at = loop.time()
+
+        async def write() -> None:
+            try:
+                await self.write_queue_status()
+            except Exception:
+                log.exception("writing GPUQueue status failed")
+
+        self._queue_status_task = asyncio.create_task(write(), name="kubegang-queue-status")
 
     async def write_queue_status(self) -> None:
         """Patch each GPUQueue's status when it changed since the last write."""

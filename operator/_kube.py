@@ -1,8 +1,9 @@
 """``KubeApi``: every Kubernetes write the operator makes, in one thin module (lightkube, async).
 
-Each call has a timeout (the client's) and passes a client-side token bucket, so a burst of 500 jobs
-cannot flood the API server; idempotence lives here too: AlreadyExists on create and NotFound on
-delete are success, which is what lets a new leader redo a half-finished step safely.
+Each call has a timeout (the client's) and passes a client-side token bucket with an urgent and a
+background lane, so a burst of 500 jobs cannot flood the API server and reports never delay
+decisions; idempotence lives here too: AlreadyExists on create and NotFound on delete are success,
+which is what lets a new leader redo a half-finished step safely.
 """
 
 from __future__ import annotations
@@ -34,26 +35,55 @@ _KINDS: dict[str, Any] = {"Pod": Pod, "Service": Service, "ConfigMap": ConfigMap
 
 
 class RateLimiter:
-    """A token bucket: at most ``qps`` calls per second on average, bursts up to ``burst``."""
+    """A token bucket with two lanes: at most ``qps`` calls per second on average, bursts up to ``burst``.
+
+    Decisions (admission records, pod creates and deletes, evictions) take the urgent lane; reports
+    (Events, "still waiting" status, GPUQueue status) take the background lane, which gets a token only
+    while no urgent call waits. A burst of 500 waiting jobs therefore cannot starve admissions of the
+    write budget, and reports still drain whenever decisions leave room. Each lane waits behind one
+    lock, so a thousand background waiters cost one sleeper, not a thousand.
+    """
 
     def __init__(self, qps: float, burst: int) -> None:
         self.qps = qps
         self.burst = burst
         self._tokens = float(burst)
         self._last = time.monotonic()
-        self._lock = asyncio.Lock()
+        self._urgent = asyncio.Lock()
+        self._background = asyncio.Lock()
+        self._urgent_waiting = 0
 
-    async def acquire(self) -> None:
-        """Wait (without blocking the loop) until a call may go out."""
-        async with self._lock:
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+        self._last = now
+
+    async def acquire(self, *, background: bool = False) -> None:
+        """Wait (without blocking the loop) until a call may go out in its lane."""
+        if background:
+            await self._acquire_background()
+            return
+        self._urgent_waiting += 1
+        try:
+            async with self._urgent:
+                while True:
+                    self._refill()
+                    if self._tokens >= 1:
+                        self._tokens -= 1
+                        return
+                    await asyncio.sleep((1 - self._tokens) / self.qps)
+        finally:
+            self._urgent_waiting -= 1
+
+    async def _acquire_background(self) -> None:
+        async with self._background:
             while True:
-                now = time.monotonic()
-                self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
-                self._last = now
-                if self._tokens >= 1:
-                    self._tokens -= 1
-                    return
-                await asyncio.sleep((1 - self._tokens) / self.qps)
+                if not self._urgent_waiting:
+                    self._refill()
+                    if self._tokens >= 1:
+                        self._tokens -= 1
+                        return
+                await asyncio.sleep(max(1 - self._tokens, 1) / self.qps)
 
 
 def make_client(kubeconfig: str | None, *, timeout_seconds: float) -> AsyncClient:
@@ -89,8 +119,12 @@ class KubeApi:
             if exc.status.code != 404:
                 raise
 
-    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any]) -> None:
-        await self.limiter.acquire()
+    async def reserve_background(self) -> None:
+        await self.limiter.acquire(background=True)
+
+    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False) -> None:
+        if not prepaid:
+            await self.limiter.acquire()
         await self.client.patch(
             GPUJobResource.Status,
             job.name,
@@ -100,7 +134,7 @@ class KubeApi:
         )
 
     async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
-        await self.limiter.acquire()
+        await self.limiter.acquire(background=True)
         await self.client.patch(GPUQueueResource.Status, name, {"status": dict(patch)}, patch_type=PatchType.MERGE)
 
     async def event(self, job: JobView, reason: str, message: str, *, warning: bool = False) -> None:
@@ -127,7 +161,7 @@ class KubeApi:
             "reportingInstance": self.instance,
         }
         try:
-            await self.limiter.acquire()
+            await self.limiter.acquire(background=True)
             await self.client.create(codecs.from_dict(manifest))
         except Exception as exc:
             # Events are for humans; losing one must not undo a scheduling decision.

@@ -11,8 +11,8 @@ Rules, in the order they are checked:
 3. Any pod of the current attempt Failed (or gone after the gang ran): restart the whole gang, or
    fail the job once ``restartLimit`` restarts are spent.
 4. Every replica Succeeded: the job Succeeded.
-5. Not every pod bound within ``gangTimeoutSeconds`` of creation: delete the gang and requeue it
-   with the nodes that did not bind excluded.
+5. Not every pod bound within ``gangTimeoutSeconds`` of creation (``podsCreatedAt``, else
+   ``admittedAt``): delete the gang and requeue it with the nodes that did not bind excluded.
 6. Otherwise report progress (ready replicas, Running once all run).
 """
 
@@ -177,7 +177,9 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
     if not holds:
         return Decision(Action.NONE, stale_pods=stale)
 
-    created = _timestamp(job.status, "podsCreatedAt")
+    # podsCreatedAt is written lazily (with the gang's next status write); a leader that never saw it
+    # counts from admittedAt, which is earlier: the timeout can only come sooner, never be skipped.
+    created = _timestamp(job.status, "podsCreatedAt") or _timestamp(job.status, "admittedAt")
     ready = sum(1 for p in current.values() if p.ready)
     all_running = len(current) == job.replicas and all(p.phase == "Running" for p in current.values())
 

@@ -1,8 +1,8 @@
 """The three things the operator talks to, as small interfaces.
 
 The admission cycle and the gang supervisor are written against these Protocols, so they are tested
-with in-memory fakes and wired in production to the core quota tree (``_adapters.QuotaBook``), the
-extender's gRPC client (``_adapters.ExtenderPlacement``) and the Kubernetes API (``_kube.KubeApi``).
+with in-memory fakes and wired in production to the core quota tree (``_quota_book.QuotaBook``), the
+extender's gRPC client (``_extender_placement.ExtenderPlacement``) and the Kubernetes API (``_kube.KubeApi``).
 """
 
 from __future__ import annotations
@@ -113,14 +113,18 @@ class KubePort(Protocol):
         """Delete a namespaced object (Pod, Service, ConfigMap, GPUJob); NotFound is success."""
         ...
 
-    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any]) -> None:
-        """Merge-patch ``job``'s status subresource."""
+    async def reserve_background(self) -> None:
+        """Wait for, and take, one write of the background lane (used before a ``prepaid`` write)."""
+        ...
+
+    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False) -> None:
+        """Merge-patch ``job``'s status subresource (urgent lane, unless ``reserve_background`` paid)."""
         ...
 
     async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
-        """Merge-patch a GPUQueue's status subresource."""
+        """Merge-patch a GPUQueue's status subresource (background lane: a report)."""
         ...
 
     async def event(self, job: JobView, reason: str, message: str, *, warning: bool = False) -> None:
-        """Record an Event on ``job`` (best effort: failures are logged, never raised)."""
+        """Record an Event on ``job`` (background lane; best effort: failures are logged, never raised)."""
         ...

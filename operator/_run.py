@@ -61,6 +61,7 @@ async def run(settings: OperatorSettings) -> None:
         ExtenderPlacement(extender, reservation_ttl_seconds=settings.reservation_ttl_seconds),
         kube,
         master_port=settings.master_port,
+        creation_concurrency=settings.creation_concurrency,
     )
     elector: LeaderElector | AlwaysLeader
     if settings.leader_election:
@@ -102,6 +103,7 @@ async def run(settings: OperatorSettings) -> None:
         for task in background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await admission.writer.close()
         await elector.release()
         await extender.close()
         await client.close()

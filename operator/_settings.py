@@ -37,10 +37,14 @@ class OperatorSettings:
     """How long a Lease stays valid without renewal; a standby takes over after at most this."""
     renew_interval_seconds: float = 5.0
     """How often the leader renews the Lease (and a standby retries)."""
-    api_qps: float = 50.0
-    """Client-side rate limit of Kubernetes writes, calls per second on average."""
-    api_burst: int = 100
-    """Client-side rate limit: calls allowed in a burst."""
+    api_qps: float = 200.0
+    """Client-side rate limit of Kubernetes writes, calls per second on average (decisions first;
+    Events and waiting reasons use what decisions leave). See docs/operator.md for the choice."""
+    api_burst: int = 400
+    """Client-side rate limit: calls allowed in a burst (a 64-pod gang and its record fit in one)."""
+    creation_concurrency: int = 32
+    """Gangs whose pods are created in the background at once; the next admission waits for a slot,
+    so admitted-but-uncreated gangs stay few and far inside ``reservation_ttl_seconds``."""
     api_timeout_seconds: float = 10.0
     """Timeout of each Kubernetes API call."""
     extender_timeout_seconds: float = 5.0

@@ -7,6 +7,7 @@ admissions a previous leader recorded but did not get to create pods for (step 5
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -23,23 +24,32 @@ log = logging.getLogger("kubegang.operator.supervisor")
 class Supervisor:
     """Applies lifecycle decisions; shares the admission's ports, cache and clock."""
 
-    def __init__(self, admission: Admission) -> None:
+    def __init__(self, admission: Admission, *, concurrency: int = 32) -> None:
         self.admission = admission
         self.cache = admission.cache
         self.kube = admission.kube
+        self.writer = admission.writer
+        self.concurrency = concurrency
+        """Jobs acted on at once in a pass: gangs are independent, and 200 jobs turning Running should
+        cost a few round trips of the pass, not 200 in a row."""
 
     async def run_pass(self) -> float | None:
         """Look at every job once; returns the seconds until a timer is due (None: no timer)."""
-        next_due: float | None = None
-        for job in list(self.cache.all_jobs()):
-            try:
-                decision = await self.supervise(job)
-            except Exception:
-                log.exception("supervising %s failed; retrying next pass", job.key)
-                continue
-            if decision.recheck_after is not None:
-                next_due = decision.recheck_after if next_due is None else min(next_due, decision.recheck_after)
-        return next_due
+        slots = asyncio.Semaphore(self.concurrency)
+
+        async def one(job: JobView) -> float | None:
+            if self.admission.creating(job.uid):
+                return None  # its pods are being created; look again once they are
+            async with slots:
+                try:
+                    decision = await self.supervise(job)
+                except Exception:
+                    log.exception("supervising %s failed; retrying next pass", job.key)
+                    return None
+            return decision.recheck_after
+
+        dues = await asyncio.gather(*(one(job) for job in list(self.cache.all_jobs())))
+        return min((due for due in dues if due is not None), default=None)
 
     async def supervise(self, job: JobView) -> Decision:
         """Decide and act for one job."""
@@ -63,7 +73,7 @@ class Supervisor:
                 transition(job.status, Phase.SUSPENDED, decision.reason, decision.message, now=now)
                 | {"admittedAt": None, "podsCreatedAt": None, "readyReplicas": 0},
             )
-            await self.kube.event(job, "Suspended", decision.message)
+            self.admission.notify(job, "Suspended", decision.message)
         elif action is Action.RESUME:
             await self._write(job, transition(job.status, Phase.QUEUED, decision.reason, decision.message, now=now))
         elif action is Action.EXPIRE:
@@ -72,10 +82,13 @@ class Supervisor:
         return decision
 
     async def _progress(self, job: JobView, decision: Decision) -> None:
-        if job.admitted_at and not job.status.get("podsCreatedAt") and not self.cache.pods_of(job.uid):
+        if job.phase is Phase.ADMITTED and job.admitted_at and not job.status.get("podsCreatedAt"):
+            current = [p for p in self.cache.pods_of(job.uid) if p.attempt == job.attempt and not p.deleting]
             placement_raw = job.status.get("placement")
-            if placement_raw:
-                log.info("finishing the admission of %s (pods not created yet)", job.key)
+            if placement_raw and len(current) < job.replicas:
+                # Recorded by a leader that died during step 5: create what is missing (names are
+                # deterministic and AlreadyExists is success, so nothing is duplicated).
+                log.info("finishing the admission of %s (%d of %d pods seen)", job.key, len(current), job.replicas)
                 error = await self.admission.create_gang(job, GangPlacement.from_status(placement_raw))
                 if error:
                     log.error("could not create the gang of %s: %s", job.key, error)
@@ -88,8 +101,16 @@ class Supervisor:
             message = f"all {job.replicas} replicas running"
             patch |= transition(job.status, Phase.RUNNING, "AllReplicasRunning", message, now=now)
             patch["startedAt"] = now_rfc3339(now)
-        if patch:
+        if not patch:
+            return
+        if job.status.get("podsCreatedAt"):
+            patch["podsCreatedAt"] = job.status["podsCreatedAt"]  # assumed at creation, written here
+        if "phase" in patch:
             await self._write(job, patch)
+        else:
+            # A ready count alone decides nothing: report it in the background lane.
+            self.cache.assume(job, patch)
+            self.writer.later(job, patch)
 
     async def _finish(self, job: JobView, phase: Phase, decision: Decision) -> None:
         await self.admission.teardown(job, keep_finished_pods=True)
@@ -97,7 +118,7 @@ class Supervisor:
         patch = transition(job.status, phase, decision.reason, decision.message, now=now)
         patch.update({"finishedAt": now_rfc3339(now), "readyReplicas": decision.ready})
         await self._write(job, patch)
-        await self.kube.event(job, decision.reason, decision.message, warning=phase is Phase.FAILED)
+        self.admission.notify(job, decision.reason, decision.message, warning=phase is Phase.FAILED)
 
     async def _requeue(self, job: JobView, decision: Decision) -> None:
         await self.admission.teardown(job)
@@ -109,13 +130,13 @@ class Supervisor:
             extra["excludedNodes"] = sorted(excluded)
         patch = requeue_patch(job, decision.reason, decision.message, self.admission.clock(), extra=extra)
         await self._write(job, patch)
-        await self.kube.event(job, decision.reason, decision.message, warning=True)
+        self.admission.notify(job, decision.reason, decision.message, warning=True)
         metrics.GANG_RESTARTS.labels(decision.reason).inc()
 
     async def _write(self, job: JobView, patch: dict[str, Any]) -> None:
         self.cache.assume(job, patch)
         try:
-            await self.kube.patch_job_status(job, patch)
+            await self.writer.write(job, patch)
         except Exception:
             self.cache.forget(job.uid)
             raise

@@ -1,8 +1,8 @@
 """Small value types the operator's modules pass between them.
 
 They are the operator's own vocabulary for a gang's placement and for quota and placement answers, so
-the admission cycle can be written and tested against them while the adapters in ``_adapters.py``
-translate to and from the core and the extender.
+the admission cycle can be written and tested against them while the adapters (``_quota_book``,
+``_extender_placement``) translate to and from the core and the extender.
 """
 
 from __future__ import annotations

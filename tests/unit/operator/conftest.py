@@ -200,6 +200,7 @@ class FakeKube:
         self.status: dict[str, list[dict[str, Any]]] = {}
         self.events: list[tuple[str, str, str, bool]] = []
         self.fail_create: str | None = None
+        self.background_writes = 0
 
     async def create(self, manifest: Mapping[str, Any]) -> bool:
         meta = manifest["metadata"]
@@ -215,7 +216,10 @@ class FakeKube:
         self.deleted.append((kind, namespace, name))
         self.objects.pop((kind, namespace, name), None)
 
-    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any]) -> None:
+    async def reserve_background(self) -> None:
+        self.background_writes += 1
+
+    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False) -> None:
         self.status.setdefault(job.key, []).append(dict(patch))
 
     async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
@@ -246,6 +250,19 @@ class World:
         self.kube = FakeKube()
         self.admission = Admission(self.cache, self.quota, self.placement, self.kube)
         self.supervisor = Supervisor(self.admission)
+
+    async def cycle(self) -> Any:
+        """One admission cycle, then wait for the gangs it created and the reports it queued."""
+        outcomes = await self.admission.run_cycle()
+        await self.admission.settle()
+        return outcomes
+
+    async def supervise(self, job: JobView | None) -> Any:
+        """Supervise one job and wait for what it left to the background."""
+        assert job is not None
+        decision = await self.supervisor.supervise(job)
+        await self.admission.settle()
+        return decision
 
     def submit(self, body: dict[str, Any], priority: int = 0) -> JobView:
         view = self.cache.upsert_job(body)

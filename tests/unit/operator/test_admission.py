@@ -11,15 +11,19 @@ async def test_two_sixty_percent_gangs_one_runs_whole_other_waits_with_no_pods(j
     w = make_world({"team-a": 160}, NODES)
     w.submit(job_body("first", replicas=6, gpus=8, created="2025-01-01T00:00:00Z"))
     w.submit(job_body("second", replicas=6, gpus=8, created="2025-01-01T00:00:01Z"))
-    outcomes = await w.admission.run_cycle()
+    outcomes = await w.cycle()
     assert [(o.job, o.result) for o in outcomes] == [("team-a/first", "Admitted"), ("team-a/second", "Queued")]
     assert sorted(p["metadata"]["name"] for p in w.kube.pods()) == [f"first-{i}" for i in range(6)]
     status = w.last_status("team-a/first")
     assert status["phase"] == "Admitted"
     assert len(status["placement"]["pods"]) == 6
-    assert status["podsCreatedAt"] and status["admittedAt"] and status["totalGPUs"] == 48
+    assert status["admittedAt"] and status["totalGPUs"] == 48
+    # podsCreatedAt is known once the pods exist, and written with the gang's next status write.
+    assert status["podsCreatedAt"] is None
+    first = w.cache.job("uid-first")
+    assert first is not None and first.status["podsCreatedAt"]
 
-    outcomes = await w.admission.run_cycle()
+    outcomes = await w.cycle()
     assert [(o.job, o.result) for o in outcomes] == [("team-a/second", "Queued")]
     second = w.last_status("team-a/second")
     cond = get_condition(second["conditions"], CondType.QUEUED)
@@ -30,7 +34,7 @@ async def test_two_sixty_percent_gangs_one_runs_whole_other_waits_with_no_pods(j
 async def test_quota_refusal_names_the_queue(job_body: Any, make_world: Any) -> None:
     w = make_world({"team-a": 16}, NODES, ceiling={"team-a": 64})
     w.submit(job_body("big", replicas=4, gpus=8))
-    [outcome] = await w.admission.run_cycle()
+    [outcome] = await w.cycle()
     assert outcome.result == "Queued"
     assert outcome.message == "waiting for quota in queue team-a: needs 32 GPUs, 16 free"
     assert w.kube.pods() == []
@@ -39,7 +43,7 @@ async def test_quota_refusal_names_the_queue(job_body: Any, make_world: Any) -> 
 async def test_job_larger_than_queue_ceiling_is_unschedulable(job_body: Any, make_world: Any) -> None:
     w = make_world({"team-a": 32}, NODES)
     w.submit(job_body("huge", replicas=8, gpus=8))
-    [outcome] = await w.admission.run_cycle()
+    [outcome] = await w.cycle()
     assert outcome.result == "Unschedulable"
     status = w.last_status("team-a/huge")
     assert status["phase"] == "Unschedulable"
@@ -52,16 +56,19 @@ async def test_failed_pod_creation_undoes_every_step(job_body: Any, make_world: 
     w = make_world({"team-a": 80}, NODES)
     w.submit(job_body("train", replicas=3, gpus=8, framework="torchrun"))
     w.kube.fail_create = "train-2"
-    [outcome] = await w.admission.run_cycle()
-    assert outcome.result == "Error" and "train-2" in outcome.message
+    # Creation runs after the decision, so the cycle reports the admission; the undo follows it.
+    [outcome] = await w.cycle()
+    assert outcome.result == "Admitted"
     assert w.kube.pods() == []  # the pods that were created are deleted again
     assert w.placement.free == NODES and w.placement.reserved == {}
     assert w.quota.held == {}
     status = w.last_status("team-a/train")
     assert status["phase"] == "Queued" and status["admittedAt"] is None
+    cond = get_condition(status["conditions"], CondType.QUEUED)
+    assert cond is not None and cond["reason"] == "AdmissionFailed" and "train-2" in cond["message"]
 
     w.kube.fail_create = None
-    [outcome] = await w.admission.run_cycle()
+    [outcome] = await w.cycle()
     assert outcome.result == "Admitted"
     assert len(w.kube.pods()) == 3
 
@@ -70,12 +77,12 @@ async def test_preemption_evicts_only_what_is_needed_and_names_the_preemptor(job
     w = make_world({"team-a": 80}, NODES)
     for i in range(5):
         w.submit(job_body(f"low-{i}", replicas=2, gpus=8, created=f"2025-01-01T00:00:0{i}Z"))
-        await w.admission.run_cycle()
+        await w.cycle()
     w.echo_pods()
     assert w.quota.held.keys() == {f"uid-low-{i}" for i in range(5)}
 
     high = w.submit(job_body("high", replicas=3, gpus=8, created="2025-01-01T00:01:00Z"), priority=100)
-    [outcome] = await w.admission.run_cycle()
+    [outcome] = await w.cycle()
     assert outcome.result == "Preempting"
     evicted = {k for k in w.kube.status if "Preempted" in str(w.last_status(k).get("conditions"))}
     assert evicted == {"team-a/low-0", "team-a/low-1"}  # 2 gangs free 32 GPUs; 24 needed
@@ -91,10 +98,10 @@ async def test_preemption_evicts_only_what_is_needed_and_names_the_preemptor(job
     assert not any(name.startswith(("low-2", "low-3", "low-4")) for name in deleted_pods)
 
     # While the victims' pods terminate, the preemptor waits and evicts nobody else.
-    [outcome] = await w.admission.run_cycle()
+    [outcome] = await w.cycle()
     assert outcome.result == "Queued" and "waiting for preempted gangs" in outcome.message
     w.drop_deleted_pods()
-    outcomes = await w.admission.run_cycle()
+    outcomes = await w.cycle()
     assert ("team-a/high", "Admitted") in [(o.job, o.result) for o in outcomes]
     assert high.uid in w.quota.held
 
@@ -102,9 +109,9 @@ async def test_preemption_evicts_only_what_is_needed_and_names_the_preemptor(job
 async def test_no_preemption_when_eviction_would_not_let_the_preemptor_run(job_body: Any, make_world: Any) -> None:
     w = make_world({"team-a": 200}, {"node-0": 8, "node-1": 8})
     w.submit(job_body("low", replicas=1, gpus=8))
-    await w.admission.run_cycle()
+    await w.cycle()
     w.submit(job_body("high", replicas=3, gpus=8), priority=10)
-    outcomes = await w.admission.run_cycle()
+    outcomes = await w.cycle()
     assert [o.result for o in outcomes] == ["Queued"]
     assert not any(kind == "Pod" for kind, _, _ in w.kube.deleted)
 
@@ -112,10 +119,10 @@ async def test_no_preemption_when_eviction_would_not_let_the_preemptor_run(job_b
 async def test_deleted_job_gives_back_quota_and_reservation(job_body: Any, make_world: Any) -> None:
     w = make_world({"team-a": 80}, NODES)
     job = w.submit(job_body("train", replicas=2, gpus=8))
-    await w.admission.run_cycle()
+    await w.cycle()
     assert job.uid in w.quota.held
     w.cache.remove_job(job.uid)
-    await w.admission.run_cycle()
+    await w.cycle()
     assert w.quota.held == {} and w.placement.free == NODES
 
 
@@ -123,13 +130,13 @@ async def test_unschedulable_or_refused_head_steps_aside_for_the_next_job(job_bo
     w = make_world({"team-a": 32}, NODES)
     w.submit(job_body("huge", replicas=8, gpus=8, created="2025-01-01T00:00:00Z"))
     w.submit(job_body("small", replicas=1, gpus=8, created="2025-01-01T00:00:01Z"))
-    outcomes = await w.admission.run_cycle()
+    outcomes = await w.cycle()
     assert [(o.job, o.result) for o in outcomes] == [("team-a/huge", "Unschedulable"), ("team-a/small", "Admitted")]
     # The Unschedulable job is not re-evaluated (no new writes) until the queue tree changes.
     writes = len(w.kube.status["team-a/huge"])
-    assert await w.admission.run_cycle() == []
+    assert await w.cycle() == []
     w.cache.upsert_queue({"metadata": {"name": "team-a"}, "spec": {"changed": True}})
-    outcomes = await w.admission.run_cycle()
+    outcomes = await w.cycle()
     assert [o.job for o in outcomes] == ["team-a/huge"]
     assert len(w.kube.status["team-a/huge"]) == writes  # same verdict, same message: no write
 
@@ -141,10 +148,10 @@ async def test_quota_bound_preemption_evicts_only_what_quota_needs_when_gpus_are
     w = make_world({"team-a": 32}, {f"node-{i}": 8 for i in range(32)})
     for i in range(4):
         w.submit(job_body(f"low-{i}", replicas=1, gpus=8, created=f"2025-01-01T00:00:0{i}Z"))
-        await w.admission.run_cycle()
+        await w.cycle()
     w.echo_pods()
     w.submit(job_body("high", replicas=2, gpus=8, created="2025-01-01T00:01:00Z"), priority=100)
-    outcomes = await w.admission.run_cycle()
+    outcomes = await w.cycle()
     assert ("team-a/high", "Preempting") in [(o.job, o.result) for o in outcomes]
     evicted = {k for k in w.kube.status if "Preempted" in str(w.last_status(k).get("conditions"))}
     assert len(evicted) == 2 and evicted <= {f"team-a/low-{i}" for i in range(4)}

@@ -35,7 +35,7 @@ async def test_queue_status_counts_pending_and_admitted_up_the_tree(job_body: An
     w.cache.upsert_queue({"metadata": {"name": "team-a"}, "spec": {"parent": "org"}})
     w.submit(job_body("one", replicas=2, gpus=8, created="2025-01-01T00:00:00Z"))
     w.submit(job_body("two", replicas=2, gpus=8, created="2025-01-01T00:00:01Z"))
-    await w.admission.run_cycle()
+    await w.cycle()
     status = queue_status(w.cache, w.quota)
     assert (status["team-a"]["admitted"], status["team-a"]["pending"]) == (1, 1)
     assert (status["org"]["admitted"], status["org"]["pending"]) == (1, 1)

@@ -11,14 +11,14 @@ NODES = {f"node-{i}": 8 for i in range(4)}
 async def admitted_world(make_world: Any, job_body: Any, **spec: Any) -> Any:
     w = make_world({"team-a": 32}, NODES)
     job = w.submit(job_body("train", replicas=3, gpus=8, framework="torchrun", **spec))
-    await w.admission.run_cycle()
+    await w.cycle()
     return w, job
 
 
 async def test_failed_worker_restarts_whole_gang_preferring_its_domain(make_world: Any, job_body: Any) -> None:
     w, job = await admitted_world(make_world, job_body)
     w.echo_pods()
-    await w.supervisor.supervise(w.cache.job(job.uid))
+    await w.supervise(w.cache.job(job.uid))
     assert w.last_status("team-a/train")["phase"] == "Running"
 
     failed = next(p for p in w.kube.pods() if p["metadata"]["name"] == "train-1")
@@ -32,7 +32,7 @@ async def test_failed_worker_restarts_whole_gang_preferring_its_domain(make_worl
             },
         }
     )
-    decision = await w.supervisor.supervise(w.cache.job(job.uid))
+    decision = await w.supervise(w.cache.job(job.uid))
     assert decision.action is Action.RESTART
     assert {n for k, _, n in w.kube.deleted if k == "Pod"} >= {"train-0", "train-1", "train-2"}
     status = w.last_status("team-a/train")
@@ -40,10 +40,10 @@ async def test_failed_worker_restarts_whole_gang_preferring_its_domain(make_worl
     assert w.quota.held == {} and w.placement.reserved == {}
 
     # Re-admission waits until the old pods are gone, then prefers the same domain and relabels pods.
-    assert await w.admission.run_cycle() == []
+    assert await w.cycle() == []
     w.drop_deleted_pods()
     w.kube.objects.clear()
-    [outcome] = await w.admission.run_cycle()
+    [outcome] = await w.cycle()
     assert outcome.result == "Admitted"
     assert w.placement.plans[-1][2] == "leaf-1"
     [attempt] = {p["metadata"]["labels"]["kubegang.io/attempt"] for p in w.kube.pods()}
@@ -60,7 +60,7 @@ async def test_restart_limit_fails_job_with_reason(make_world: Any, job_body: An
             "status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 1}}}]},
         }
     )
-    await w.supervisor.supervise(w.cache.job(job.uid))
+    await w.supervise(w.cache.job(job.uid))
     status = w.last_status("team-a/train")
     assert status["phase"] == "Failed"
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
@@ -73,7 +73,7 @@ async def test_gang_timeout_requeues_with_unbound_nodes_excluded(make_world: Any
     w, job = await admitted_world(make_world, job_body, gangTimeoutSeconds=10)
     w.echo_pods(phase="Pending", bound=False)
     w.admission.clock = lambda: dt.datetime.now(dt.UTC) + dt.timedelta(seconds=11)
-    decision = await w.supervisor.supervise(w.cache.job(job.uid))
+    decision = await w.supervise(w.cache.job(job.uid))
     assert decision.action is Action.TIMEOUT
     status = w.last_status("team-a/train")
     assert status["phase"] == "Queued"
@@ -81,7 +81,7 @@ async def test_gang_timeout_requeues_with_unbound_nodes_excluded(make_world: Any
     assert status.get("restarts") is None  # a timeout is not a failure of the workload
     w.drop_deleted_pods()
     w.kube.objects.clear()
-    await w.admission.run_cycle()
+    await w.cycle()
     assert w.placement.plans[-1][1] == {"node-0", "node-1", "node-2"}
 
 
@@ -97,9 +97,53 @@ async def test_new_leader_finishes_an_admission_without_duplicates(make_world: A
             "status": {**view.status, "podsCreatedAt": None},
         }
     )
-    await w.supervisor.supervise(w.cache.job(job.uid))
+    await w.supervise(w.cache.job(job.uid))
     assert len(w.kube.pods()) == created == 3
-    assert w.last_status("team-a/train")["podsCreatedAt"]
+    finished = w.cache.job(job.uid)
+    assert finished is not None and finished.status["podsCreatedAt"]
+    # podsCreatedAt goes out with the gang's next status write.
+    w.echo_pods()
+    await w.supervise(w.cache.job(job.uid))
+    status = w.last_status("team-a/train")
+    assert status["phase"] == "Running" and status["podsCreatedAt"] == finished.status["podsCreatedAt"]
+
+
+async def test_new_leader_creates_only_the_missing_pods_of_a_half_created_gang(
+    make_world: Any, job_body: Any
+) -> None:
+    w, job = await admitted_world(make_world, job_body)
+    # The old leader died mid-creation: one pod exists, two were never created, podsCreatedAt unwritten.
+    view = w.cache.job(job.uid)
+    w.cache.assumed.clear()
+    w.cache.upsert_job(
+        {
+            **job_body("train", replicas=3, gpus=8, framework="torchrun"),
+            "status": {**view.status, "podsCreatedAt": None},
+        }
+    )
+    for name in ("train-1", "train-2"):
+        del w.kube.objects[("Pod", "team-a", name)]
+    w.echo_pods(phase="Pending", bound=False)
+    await w.supervise(w.cache.job(job.uid))
+    assert sorted(p["metadata"]["name"] for p in w.kube.pods()) == ["train-0", "train-1", "train-2"]
+
+
+async def test_gang_timeout_counts_from_admission_when_pod_creation_time_was_not_written(
+    make_world: Any, job_body: Any
+) -> None:
+    w, job = await admitted_world(make_world, job_body, gangTimeoutSeconds=10)
+    view = w.cache.job(job.uid)
+    w.cache.assumed.clear()
+    w.cache.upsert_job(
+        {
+            **job_body("train", replicas=3, gpus=8, framework="torchrun", gangTimeoutSeconds=10),
+            "status": {**view.status, "podsCreatedAt": None},
+        }
+    )
+    w.echo_pods(phase="Pending", bound=False)
+    w.admission.clock = lambda: dt.datetime.now(dt.UTC) + dt.timedelta(seconds=11)
+    decision = await w.supervise(w.cache.job(job.uid))
+    assert decision.action is Action.TIMEOUT
 
 
 async def test_suspend_releases_everything(make_world: Any, job_body: Any) -> None:
@@ -107,7 +151,7 @@ async def test_suspend_releases_everything(make_world: Any, job_body: Any) -> No
     w.cache.assumed.clear()
     body = job_body("train", replicas=3, gpus=8, framework="torchrun", suspend=True)
     w.cache.upsert_job({**body, "status": w.last_status("team-a/train")})
-    await w.supervisor.supervise(w.cache.job(job.uid))
+    await w.supervise(w.cache.job(job.uid))
     assert w.last_status("team-a/train")["phase"] == "Suspended"
     assert w.quota.held == {} and w.placement.reserved == {}
     assert w.kube.pods() == []

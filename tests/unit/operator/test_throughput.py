@@ -1,0 +1,128 @@
+"""The mechanics that take work off the admission's critical path keep decisions correct and ordered."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from kubegang.operator._conditions import CondType, get_condition
+from kubegang.operator._job import JobView
+from kubegang.operator._kube import RateLimiter
+from kubegang.operator._status_writer import StatusWriter
+
+NODES = {f"node-{i}": 8 for i in range(10)}
+
+
+async def test_background_lane_waits_while_urgent_calls_drain() -> None:
+    limiter = RateLimiter(qps=100, burst=1)
+    order: list[str] = []
+
+    async def call(name: str, background: bool) -> None:
+        await limiter.acquire(background=background)
+        order.append(name)
+
+    await limiter.acquire()  # the bucket is empty now
+    background = asyncio.create_task(call("report", True))
+    await asyncio.sleep(0)
+    await asyncio.gather(*(call(f"decision-{i}", False) for i in range(3)))
+    await background
+    # The report asked first, yet every decision waiting for the refill went before it.
+    assert order == ["decision-0", "decision-1", "decision-2", "report"]
+
+
+class SlowKube:
+    """Status writes that take a while, recorded in the order they reach the API."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.written: list[dict[str, Any]] = []
+        self.fail = fail
+
+    async def reserve_background(self) -> None:
+        await asyncio.sleep(0.01)
+
+    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False) -> None:
+        await asyncio.sleep(0.01)
+        if self.fail:
+            raise RuntimeError("apiserver unavailable")
+        self.written.append(dict(patch))
+
+
+async def test_a_queued_report_never_lands_after_the_admission_that_followed_it(job_body: Any, cache: Any) -> None:
+    job = cache.upsert_job(job_body("train"))
+    kube = SlowKube()
+    writer = StatusWriter(kube, on_lost=cache.forget)  # type: ignore[arg-type]
+    writer.later(job, {"phase": "Queued", "reason": "waiting"})
+    await writer.write(job, {"phase": "Admitted"})
+    await writer.settle()
+    merged: dict[str, Any] = {}
+    for patch in kube.written:
+        merged.update(patch)
+    assert merged["phase"] == "Admitted"
+    assert len(kube.written) == 1  # the report went out inside the decision's write
+
+
+async def test_a_lost_background_write_drops_the_assumption(job_body: Any, cache: Any) -> None:
+    job = cache.upsert_job(job_body("train"))
+    cache.assume(job, {"phase": "Queued"})
+    writer = StatusWriter(SlowKube(fail=True), on_lost=cache.forget)  # type: ignore[arg-type]
+    writer.later(job, {"phase": "Queued"})
+    await writer.settle()
+    assert job.uid not in cache.assumed  # the next cycle sees the API's status and writes again
+
+
+async def test_waiting_reason_is_written_when_it_changes_not_when_numbers_move(job_body: Any, make_world: Any) -> None:
+    w = make_world({"team-a": 80}, {"node-0": 8})
+    w.submit(job_body("big", replicas=2, gpus=8))
+    await w.cycle()
+    writes = len(w.kube.status["team-a/big"])
+    cond = get_condition(w.last_status("team-a/big")["conditions"], CondType.QUEUED)
+    assert cond is not None and cond["reason"] == "InsufficientGPUs"
+    w.placement.free["node-0"] = 4  # the extender's numbers change, the reason does not
+    await w.cycle()
+    assert len(w.kube.status["team-a/big"]) == writes
+    w.quota.capacity["team-a"] = 8  # now quota is the reason: that is news
+    await w.cycle()
+    cond = get_condition(w.last_status("team-a/big")["conditions"], CondType.QUEUED)
+    assert cond is not None and cond["reason"] == "QuotaExhausted"
+
+
+async def test_evicting_a_gang_still_in_creation_leaves_none_of_its_pods(job_body: Any, make_world: Any) -> None:
+    w = make_world({"team-a": 80}, NODES)
+    created = asyncio.Event()
+    real_create = w.kube.create
+
+    async def slow_create(manifest: Mapping[str, Any]) -> bool:
+        await asyncio.sleep(0.02)
+        result: bool = await real_create(manifest)
+        created.set()
+        return result
+
+    w.kube.create = slow_create
+    job = w.submit(job_body("train", replicas=3, gpus=8))
+    [outcome] = await w.admission.run_cycle()
+    assert outcome.result == "Admitted" and w.admission.creating(job.uid)
+    victim = w.cache.job(job.uid)
+    await w.admission.evict(victim, preemptor=victim, why="(test)")
+    await w.admission.settle()
+    assert created.is_set() and w.kube.pods() == []
+    assert w.placement.reserved == {} and w.quota.held == {}
+
+
+async def test_supervisor_leaves_a_gang_in_creation_alone(job_body: Any, make_world: Any) -> None:
+    w = make_world({"team-a": 80}, NODES)
+    real_create = w.kube.create
+    calls: list[str] = []
+
+    async def counting_create(manifest: Mapping[str, Any]) -> bool:
+        calls.append(manifest["metadata"]["name"])
+        await asyncio.sleep(0.01)
+        result: bool = await real_create(manifest)
+        return result
+
+    w.kube.create = counting_create
+    w.submit(job_body("train", replicas=3, gpus=8))
+    await w.admission.run_cycle()
+    await w.supervisor.run_pass()  # no pod seen yet: it must not start a second creation
+    await w.admission.settle()
+    assert sorted(calls) == ["train-0", "train-1", "train-2"]

@@ -47,7 +47,9 @@ from kubegang.placement import (
     PlanResult,
     PodAssignment,
     Snapshot,
+    TaskShape,
     Unplaceable,
+    WorkloadMix,
     feasible_nodes,
     node_reason,
     node_scores,
@@ -179,7 +181,10 @@ class Ledger:
         """Node -> what was ignored and why, when its facts made the topology inconsistent."""
         """Pod uid -> why its GPUs could not be recorded (overcommitted node, unknown node)."""
         self._topology: TopologyIndex = compile_index([], self._labels)
-        self._snapshot = Snapshot(self._topology)
+        self._mix = WorkloadMix()
+        """The pod shapes this cluster runs (decayed), which single-pod scoring measures fragmentation
+        against (FGD); it outlives every snapshot rebuild, so its memoised values do too."""
+        self._snapshot = Snapshot(self._topology, workload=self._mix)
         self._taint_class: list[int] = []
         """Per node number: index into ``_taint_classes``."""
         self._taint_classes: list[tuple[Taint, ...] | None] = []
@@ -238,6 +243,8 @@ class Ledger:
         if old is not None:
             self._forget_pod(old)
         if held is not None:
+            if old is None:  # each pod counts once in the workload mix, when it first holds GPUs
+                self._mix.observe(TaskShape(max(held.gpus, 1), MILLI, held.cpu_milli, held.memory_mib))
             self._pods[uid] = held
             self._by_slot[(held.owner, held.index)] = uid
             if not self._dirty:
@@ -735,7 +742,7 @@ class Ledger:
     def _rebuild(self) -> None:
         """Recompile the topology and replay every hold: exact GPU indices first, guesses last."""
         self._topology = self._compile()
-        snap = Snapshot(self._topology)
+        snap = Snapshot(self._topology, workload=self._mix)
         self._unplaced = {}
         exact = [h for h in self._pods.values() if h.gpu_indices]
         guessed = [h for h in self._pods.values() if not h.gpu_indices]

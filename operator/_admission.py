@@ -7,10 +7,11 @@ Each cycle takes a fresh look at the cache and walks the heads of the leaf queue
    try preemption, else Queued with the reason.
 3. **Place**: ``Plan`` the whole gang on the extender (failing nodes excluded, previous domain
    preferred); no room → try preemption, else Queued. Then take the quota and ``Reserve`` the placement.
-4. **Record**: assume the admission in the cache, then confirm it in GPUJob status (phase Admitted,
-   ``status.placement``); a new leader reads admissions from there.
-5. **Create**: hand the gang to a bounded set of background tasks (the Service / hostfile ConfigMap
-   the framework needs, then every pod at once) and go on to the next decision.
+4. **Record**: assume the admission in the cache (the next decision counts it) and hand the gang to a
+   bounded set of background tasks, which first confirm it in GPUJob status (phase Admitted,
+   ``status.placement``; a new leader reads admissions from there) ...
+5. **Create**: ... then create the Service / hostfile ConfigMap the framework needs and every pod at
+   once, while the cycle goes on to the next decision.
 
 Decisions stay sequential: the extender holds the reservation before the next ``Plan``, so capacity
 is never counted twice, while the slow part (one API write per pod) overlaps with later decisions.
@@ -257,22 +258,14 @@ class Admission:
             self.quota.release(job.uid)
             return self._queued(job, "ReservationFailed", f"waiting for GPUs: {reserved.reason}")
 
-        # (4) Record the admission: assume, then confirm in the API.
-        try:
-            with _timed("record"):
-                admitted = await self._record_admission(job, placement)
-        except Exception as exc:
-            log.exception("recording the admission of %s failed; undoing", job.key)
-            self.cache.forget(job.uid)
-            await self.placement.release(job.uid)
-            self.quota.release(job.uid)
-            return Outcome(job.key, "Error", f"recording the admission failed: {exc}")
-
-        # (5) Create the framework objects and every pod of the gang, off the decision path. Waiting for
-        # a creation slot is the back-pressure that keeps reservations far from their TTL.
+        # (4) Record the admission: assume it in the cache now (the next decision counts it), confirm it
+        # in the API in the background, before any pod exists (a new leader finds admissions there).
+        # (5) Then create the framework objects and every pod of the gang, also off the decision path.
+        # Waiting for a slot is the back-pressure that keeps reservations far from their TTL.
         await self._creation_slots.acquire()
+        admitted, status = self._assume_admission(job, placement)
         self._creating[job.uid] = asyncio.create_task(
-            self._create_in_background(admitted, placement), name=f"kubegang-create-{job.key}"
+            self._confirm_and_create(admitted, status, placement), name=f"kubegang-create-{job.key}"
         )
         self._preempting.pop(job.uid, None)
         self._waiting_written.pop(job.uid, None)
@@ -285,7 +278,19 @@ class Admission:
         log.info("admitted %s: %s", job.key, message)
         return Outcome(job.key, "Admitted", message)
 
-    async def _create_in_background(self, job: JobView, placement: GangPlacement) -> None:
+    async def _confirm_and_create(self, job: JobView, status: dict[str, Any], placement: GangPlacement) -> None:
+        try:
+            with _timed("record"):
+                await self.writer.write(job, status)
+        except Exception:
+            log.exception("recording the admission of %s failed; undoing", job.key)
+            self._creating.pop(job.uid, None)
+            self._creation_slots.release()
+            self.cache.forget(job.uid)
+            await self.placement.release(job.uid)
+            self.quota.release(job.uid)
+            self.cache.wake.set()  # the job waits again: let the next cycle see it
+            return
         try:
             with _timed("create"):
                 error = await self.create_gang(job, placement)
@@ -301,7 +306,7 @@ class Admission:
             except Exception:
                 log.exception("undoing the admission of %s failed", job.key)
 
-    async def _record_admission(self, job: JobView, placement: GangPlacement) -> JobView:
+    def _assume_admission(self, job: JobView, placement: GangPlacement) -> tuple[JobView, dict[str, Any]]:
         now = self.clock()
         message = f"admitted to queue {job.queue}; creating {job.replicas} pods"
         status = transition(
@@ -312,9 +317,7 @@ class Admission:
         status["podsCreatedAt"] = None
         status["readyReplicas"] = 0
         status["totalGPUs"] = job.total_gpus
-        assumed = self.cache.assume(job, status)
-        await self.writer.write(job, status)
-        return assumed
+        return self.cache.assume(job, status), status
 
     async def create_gang(self, job: JobView, placement: GangPlacement) -> str | None:
         """Step 5: create the gang's objects (idempotent); returns an error message or None.

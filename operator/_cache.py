@@ -46,13 +46,23 @@ class ClusterCache:
     """The queue tree must be rebuilt before the next admission."""
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     """Set by every change; the leader's loops wait on it."""
+    _parsed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict, repr=False)
+    """(generation, spec) each cached view was parsed from, by UID."""
 
     # -- fed by watches -------------------------------------------------------------------------
     def upsert_job(self, body: Mapping[str, Any]) -> JobView | None:
         """Record a GPUJob; returns None (and remembers the error) when its spec is unusable."""
-        uid = str((body.get("metadata") or {}).get("uid", ""))
+        meta = body.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        known = self.jobs.get(uid)
         try:
-            view = job_view(body)
+            parsed = self._parsed.get(uid)
+            if known is not None and parsed == (meta.get("generation"), body.get("spec")):
+                # Status-only change (most watch events of a burst are echoes of status writes): the
+                # spec parsed last time still holds, so skip the schema validation.
+                view = dataclasses.replace(known, status=body.get("status") or {})
+            else:
+                view = job_view(body)
         except JobSpecError as exc:
             self.invalid_jobs[uid] = str(exc)
             self.jobs.pop(uid, None)
@@ -60,6 +70,7 @@ class ClusterCache:
             return None
         self.invalid_jobs.pop(uid, None)
         self.jobs[view.uid] = view
+        self._parsed[view.uid] = (meta.get("generation"), body.get("spec"))
         # The echo confirms the assumption once the API shows what was assumed.
         assumed = self.assumed.get(view.uid)
         if assumed is not None and all(view.status.get(k) == v for k, v in assumed.items()):
@@ -71,6 +82,7 @@ class ClusterCache:
         """Forget a deleted GPUJob and remember to release what it held."""
         if self.jobs.pop(uid, None) is not None:
             self.deleted.add(uid)
+        self._parsed.pop(uid, None)
         self.invalid_jobs.pop(uid, None)
         self.assumed.pop(uid, None)
         self.wake.set()

@@ -37,24 +37,32 @@ class Supervisor:
         """Look at every job once; returns the seconds until a timer is due (None: no timer)."""
         slots = asyncio.Semaphore(self.concurrency)
 
-        async def one(job: JobView) -> float | None:
-            if self.admission.creating(job.uid):
-                return None  # its pods are being created; look again once they are
+        async def act(job: JobView, decision: Decision) -> None:
             async with slots:
                 try:
-                    decision = await self.supervise(job)
+                    await self.supervise(job, decision)
                 except Exception:
                     log.exception("supervising %s failed; retrying next pass", job.key)
-                    return None
-            return decision.recheck_after
 
-        dues = await asyncio.gather(*(one(job) for job in list(self.cache.all_jobs())))
-        return min((due for due in dues if due is not None), default=None)
-
-    async def supervise(self, job: JobView) -> Decision:
-        """Decide and act for one job."""
         now = self.admission.clock()
-        decision = decide(job, self.cache.pods_of(job.uid), now)
+        dues: list[float] = []
+        work = []
+        for job in list(self.cache.all_jobs()):
+            if self.admission.creating(job.uid):
+                continue  # its pods are being created; look again once they are
+            decision = decide(job, self.cache.pods_of(job.uid), now)
+            if decision.recheck_after is not None:
+                dues.append(decision.recheck_after)
+            if decision.action is not Action.NONE or decision.stale_pods:
+                work.append(act(job, decision))
+        await asyncio.gather(*work)
+        return min(dues, default=None)
+
+    async def supervise(self, job: JobView, decision: Decision | None = None) -> Decision:
+        """Decide (unless ``decision`` is given) and act for one job."""
+        now = self.admission.clock()
+        if decision is None:
+            decision = decide(job, self.cache.pods_of(job.uid), now)
         for name in decision.stale_pods:
             await self.kube.delete("Pod", job.namespace, name)
         action = decision.action

@@ -126,3 +126,13 @@ async def test_supervisor_leaves_a_gang_in_creation_alone(job_body: Any, make_wo
     await w.supervisor.run_pass()  # no pod seen yet: it must not start a second creation
     await w.admission.settle()
     assert sorted(calls) == ["train-0", "train-1", "train-2"]
+
+
+def test_status_echo_reuses_the_parsed_spec_and_a_spec_change_is_read_again(job_body: Any, cache: Any) -> None:
+    body = job_body("train", replicas=2)
+    first = cache.upsert_job(body)
+    echo = cache.upsert_job({**body, "status": {"phase": "Queued"}})
+    assert echo.template is first.template and echo.phase.value == "Queued"
+    changed = cache.upsert_job({**body, "metadata": {**body["metadata"], "generation": 2},
+                                "spec": {**body["spec"], "replicas": 3}})
+    assert changed.replicas == 3 and changed.generation == 2

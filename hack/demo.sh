@@ -31,7 +31,7 @@ kubectl get gpujobs -A
 echo; echo "== where each gang landed"
 for job in team-a/pretrain-16x8 team-b/finetune-4x8 team-b/eval-1x2; do
   ns=${job%/*}; name=${job#*/}
-  kubectl get gpujob -n "$ns" "$name" -o jsonpath='{.metadata.namespace}/{.metadata.name}: {.status.placement.level} {.status.placement.domain} on {range .status.placement.pods[*]}{.node}[{.gpus}] {end}{"\n"}'
+  kubectl get gpujob -n "$ns" "$name" -o jsonpath='{.metadata.namespace}/{.metadata.name}: {.status.placement.level} {.status.placement.domain} on {range .status.placement.pods[*]}{.node}:{.gpus} {end}{"\n"}'
 done
 kubectl get gpuqueues
 

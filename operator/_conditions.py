@@ -10,35 +10,14 @@ since".
 from __future__ import annotations
 
 import datetime as dt
-import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kubegang.api import JobConditionType, JobPhase
 
-class Phase(enum.StrEnum):
-    """The single-word summary in ``status.phase`` (also a printer column)."""
-
-    PENDING = "Pending"
-    QUEUED = "Queued"
-    ADMITTED = "Admitted"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    SUSPENDED = "Suspended"
-    UNSCHEDULABLE = "Unschedulable"
-
-
-class CondType(enum.StrEnum):
-    """Condition types a GPUJob carries; at most one of each."""
-
-    QUEUED = "Queued"
-    ADMITTED = "Admitted"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    PREEMPTED = "Preempted"
-    UNSCHEDULABLE = "Unschedulable"
-    SUSPENDED = "Suspended"
+# The API defines the vocabulary once; the operator only names it shortly.
+Phase = JobPhase
+CondType = JobConditionType
 
 
 FINISHED_PHASES = frozenset({Phase.SUCCEEDED, Phase.FAILED})

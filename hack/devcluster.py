@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -38,6 +37,7 @@ REPO = HACK.parent
 sys.path.insert(0, str(REPO))
 
 from kubegang.shapes import FAKE_NODE_LABEL, load_shape, node_manifest  # noqa: E402
+from kubegang.testing import free_port  # noqa: E402
 from kubegang.tls import KeyPair  # noqa: E402
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -161,12 +161,6 @@ def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
 
 
 # --- processes -----------------------------------------------------------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def pid_alive(pid: int) -> bool:
     try:

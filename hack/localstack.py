@@ -21,6 +21,7 @@ import devcluster as dc
 import yaml
 
 from kubegang.shapes import FAKE_NODE_LABEL
+from kubegang.testing import free_port
 
 REPO = dc.REPO
 NAMESPACE = "kubegang-system"
@@ -72,8 +73,8 @@ def _up(paths: dc.Paths, operators: int) -> StackPorts:
     pki = write_pki(tls)
     kubeconfig = str(paths.kubeconfig)
     env = {"KUBECONFIG": kubeconfig, "PYTHONUNBUFFERED": "1"}
-    ports = StackPorts(dc.free_port(), dc.free_port(), dc.free_port(), dc.free_port(),
-                       tuple(dc.free_port() for _ in range(operators)))
+    ports = StackPorts(free_port(), free_port(), free_port(), free_port(),
+                       tuple(free_port() for _ in range(operators)))
     (paths.root / "kubegang.json").write_text(json.dumps(
         {"ports": ports.__dict__, "tls_dir": str(tls), "namespace": NAMESPACE}, indent=2))
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ import httpx
 import pytest
 import yaml
 
+from kubegang.testing import free_port
 from kubegang.tls import client_ssl_context, write_pki
 
 Cluster = Any  # the `cluster` fixture's object (tests/e2e/conftest.py)
@@ -44,13 +44,6 @@ EVENT_ONLY = {
     "kubegang_gpu_xid_events_total": "an XID from the driver",
     "kubegang_agent_api_write_errors_total": "a failed API write",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _prometheus() -> str:
@@ -156,7 +149,7 @@ def test_prometheus_scrapes_and_every_dashboard_query_has_data(
     prometheus = _prometheus()
     node = cluster.kubectl("get", "nodes", "-l", "type=kwok", "-o", "name").stdout.split()[0].removeprefix("node/")
     pki = write_pki(tmp_path / "pki")
-    ports = {name: _free_port() for name in ("https", "grpc", "extender", "operator", "agent", "prometheus")}
+    ports = {name: free_port() for name in ("https", "grpc", "extender", "operator", "agent", "prometheus")}
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
     python = sys.executable
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,17 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
+from kubegang.testing import free_port
+
 Cluster = Any  # the `cluster` fixture's object (tests/e2e/conftest.py)
 REPO = Path(__file__).resolve().parents[3]
 DUMPS = REPO / "tests" / "fixtures" / "nvml"
 POLL_S = 1.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass

@@ -194,7 +194,7 @@ def test_a_gpunode_goes_with_its_node_and_a_node_registered_again_is_served_agai
         owners = json.loads(found.stdout)["metadata"].get("ownerReferences", [])
         return [o["uid"] for o in owners] == [uid]
 
-    cluster.wait_for(f"node {name} to be served again", served_again, timeout=30)
+    cluster.wait_for(f"node {name} to be served again", served_again, timeout=90)
     labels = cluster.get_json("node", name)["metadata"]["labels"]
     assert (labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.product"]) == ("8", SHAPES["superpod-h100"][2])
 

@@ -70,8 +70,12 @@ def test_borrowed_gang_is_preempted_whole_when_the_lender_submits_and_runs_again
     ops.wait_phase("a-big", "Running", timeout=90)
     first_attempt = {p["metadata"]["name"]: p["metadata"]["labels"]["kubegang.io/attempt"]
                      for p in ops.pods("a-big")}
-    borrowed = ops.cluster.get_json("gpuqueue", team_a)["status"].get("borrowed")
-    assert borrowed == [{"flavor": H100, "gpus": 16}], borrowed
+    # Queue status is written in the background (at most once a second): wait for it to show the loan.
+    def borrowed() -> object:
+        return (ops.cluster.get_json("gpuqueue", team_a).get("status") or {}).get("borrowed")
+
+    ops.cluster.wait_for("team-a's status to show what it borrows", lambda: bool(borrowed()), timeout=30)
+    assert borrowed() == [{"flavor": H100, "gpus": 16}], borrowed()
 
     ops.job("b-job", team_b, 4, 8, annotations={"kubegang.io/fake-runtime": "20s"})
     ops.cluster.wait_for("a-big to be preempted", lambda: _preempted(ops, "a-big"), timeout=60)

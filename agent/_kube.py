@@ -30,6 +30,10 @@ class GPUNodeMissing(Exception):
     """The GPUNode to patch does not exist (never created, or deleted by someone)."""
 
 
+class NodeMissing(Exception):
+    """The Node a GPUNode would belong to does not exist (deleted, or not registered yet)."""
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     """What the replay supervisor needs of a node."""
@@ -44,7 +48,8 @@ class Sink(Protocol):
     """Where the publisher writes; :class:`KubeSink` in production, a recorder in unit tests."""
 
     async def create_gpunode(self, name: str) -> None:
-        """Create an empty GPUNode ``name``, owned by its Node; succeed if it already exists."""
+        """Create an empty GPUNode ``name``, owned by its Node; if it already exists, make sure the
+        current Node owns it. Raise :class:`NodeMissing` when there is no such Node."""
         ...
 
     async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
@@ -99,25 +104,44 @@ class KubeSink:
     async def create_gpunode(self, name: str) -> None:
         # Owned by its Node, so the garbage collector deletes the GPUNode with the node (the agent
         # that would clean it up is gone by then). No blockOwnerDeletion: that would need
-        # nodes/finalizers, more than the agent may do.
-        owners: list[OwnerReference] = []
+        # nodes/finalizers, more than the agent may do. No node, no GPUNode: one created without an
+        # owner (or owned by a node since deleted) would outlive the node, and a node registered
+        # again under the same name would inherit it.
         try:
             node = await self._client.get(Node, name)
         except ApiError as exc:
-            if exc.status.code != 404:
-                raise
-            log.warning("node %s not found; its GPUNode is created without an owner", name)
-        else:
-            if node.metadata is not None and node.metadata.uid:
-                owners.append(OwnerReference(apiVersion="v1", kind="Node", name=name, uid=node.metadata.uid))
+            if exc.status.code == 404:
+                raise NodeMissing(name) from exc
+            raise
+        uid = node.metadata.uid if node.metadata is not None else None
+        if not uid:
+            raise NodeMissing(name)
+        owner = OwnerReference(apiVersion="v1", kind="Node", name=name, uid=uid)
         try:
             await self._client.create(
-                GPUNodeResource(metadata=ObjectMeta(name=name, ownerReferences=owners or None)),
+                GPUNodeResource(metadata=ObjectMeta(name=name, ownerReferences=[owner])),
                 field_manager=self._field_manager,
             )
         except ApiError as exc:
             if exc.status.code != 409:
                 raise
+            await self._adopt(name, owner)
+
+    async def _adopt(self, name: str, owner: OwnerReference) -> None:
+        """An existing GPUNode is made the current node's: one left by an earlier node of the same
+        name (its owner's uid no longer exists) would otherwise be collected, or kept without owner."""
+        existing = await self._client.get(GPUNodeResource, name)
+        owners = (existing.metadata.ownerReferences if existing.metadata is not None else None) or []
+        if [(o.kind, o.uid) for o in owners] == [("Node", owner.uid)]:
+            return
+        log.info("GPUNode %s: owner set to node uid %s", name, owner.uid)
+        await self._client.patch(
+            GPUNodeResource,
+            name,
+            {"metadata": {"ownerReferences": [owner.to_dict()]}},
+            patch_type=PatchType.MERGE,
+            field_manager=self._field_manager,
+        )
 
     async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Protocol
 
 from ._dump import Dump
@@ -17,6 +18,13 @@ class Backend(Protocol):
 
     def read(self) -> Dump:
         """The node's current readings."""
+        ...
+
+    def version(self) -> Hashable | None:
+        """A token that changes whenever ``read`` could return something new, or None when the
+        backend cannot tell (live NVML: every read is new). A publisher whose writes are up to date
+        skips reading, parsing and comparing while the token stays the same: one replay agent serves
+        a thousand nodes whose dumps never change, and parsing each every poll cost a CPU core."""
         ...
 
     def close(self) -> None:

@@ -246,6 +246,9 @@ class NvmlBackend:
             per_gpu = self._xids.setdefault(uuid, {})
             per_gpu[xid] = per_gpu.get(xid, 0) + 1
 
+    def version(self) -> None:
+        return None  # live readings: every poll reads
+
     def close(self) -> None:
         self._stop.set()
         if self._events is not None:

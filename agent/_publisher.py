@@ -1,7 +1,8 @@
 """One node's publish loop: read, build, and write to the API server only what changed.
 
 A poll that finds nothing new costs no API call: the status and the labels are compared by
-fingerprint (everything but the timestamps) with what was last written. A resync timer writes
+fingerprint (everything but the timestamps) with what was last written, and a backend that can tell
+its data has not changed (``Backend.version``) is not even read. A resync timer writes
 anyway now and then, which refreshes ``lastSeen`` and repairs edits made by someone else. A write
 that fails is logged and counted and retried at the next poll (its fingerprint is not recorded);
 nothing here lets one node's failure stop the loop or the other nodes of a replay agent.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -68,6 +69,7 @@ class NodePublisher:
         self._status_at: float | None = None
         self._labels_at: float | None = None
         self._created = False
+        self._read_version: Hashable | None = None
         self.last_poll: float | None = None
         """Monotonic time of the last completed poll (for /healthz)."""
 
@@ -80,8 +82,24 @@ class NodePublisher:
     def _due(self, written_at: float | None, now: float) -> bool:
         return written_at is None or now - written_at >= self._settings.resync_interval_s
 
+    def _up_to_date(self, version: Hashable | None, now: float) -> bool:
+        """Nothing to read: the backend says its data is what was last written, and no write failed,
+        was undone (a deleted GPUNode) or is due for resync."""
+        return (
+            version is not None
+            and version == self._read_version
+            and self._status_fp is not None
+            and self._labels_fp is not None
+            and not self._due(self._status_at, now)
+            and not self._due(self._labels_at, now)
+        )
+
     async def poll_once(self) -> PollResult:
         started = self._monotonic()
+        version = self.backend.version()
+        if self._up_to_date(version, started):
+            self.last_poll = started
+            return PollResult(False, False)
         dump = await asyncio.to_thread(self.backend.read)
         readings = parse_dump(dump)
         status = build_status(
@@ -111,6 +129,7 @@ class NodePublisher:
                 errors.append(self._failed("labels", exc))
             else:
                 self._labels_fp, self._labels_at, wrote_labels = labels_fp, now, True
+        self._read_version = None if errors else version  # a failed write is retried from a fresh read
         self.last_poll = self._monotonic()
         return PollResult(wrote_status, wrote_labels, tuple(errors))
 

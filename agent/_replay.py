@@ -133,5 +133,13 @@ class ReplayBackend:
             patched["devices"].append(device)
         return patched
 
+    def version(self) -> int | None:
+        """The dump file's modification time: the fabric override and node name are fixed for the
+        life of the backend (a change of either starts a new one)."""
+        try:
+            return self.path.stat().st_mtime_ns
+        except OSError:
+            return None  # unreadable: read() reports it
+
     def close(self) -> None:
         return None

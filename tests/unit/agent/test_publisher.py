@@ -12,7 +12,7 @@ from typing import Any
 from kubegang.agent._dump import Dump
 from kubegang.agent._kube import GPUNodeMissing
 from kubegang.agent._metrics import AgentMetrics
-from kubegang.agent._publisher import NodePublisher
+from kubegang.agent._publisher import NodePublisher, PollResult
 from kubegang.agent._settings import AgentSettings
 
 Load = Callable[[str], dict[str, Any]]
@@ -59,8 +59,27 @@ class MutableBackend:
     def read(self) -> Dump:
         return copy.deepcopy(self.dump)
 
+    def version(self) -> int | None:
+        return None
+
     def close(self) -> None:
         pass
+
+
+class VersionedBackend(MutableBackend):
+    """Says when its data changed, as the replay backend does by the dump file's mtime."""
+
+    def __init__(self, dump: Dump) -> None:
+        super().__init__(dump)
+        self.token = 1
+        self.reads = 0
+
+    def read(self) -> Dump:
+        self.reads += 1
+        return super().read()
+
+    def version(self) -> int | None:
+        return self.token
 
 
 class Clock:
@@ -178,3 +197,42 @@ async def test_metrics_follow_the_readings(load_dump_fixture: Load, tmp_path: Pa
     assert sample("kubegang_gpu_xid_events_total", {"node": "n1", "gpu": "1", "xid": "74"}) == 1
     metrics.forget("n1")
     assert sample("kubegang_gpu_healthy", {"node": "n1", "gpu": "1"}) is None
+
+
+async def test_a_backend_whose_version_stands_still_is_not_read_until_a_write_is_due(load_dump_fixture: Load) -> None:
+    sink, clock = RecordingSink(), Clock()
+    settings = AgentSettings(node_name="n1", poll_interval_s=10, resync_interval_s=300, metrics_port=0)
+    backend = VersionedBackend(load_dump_fixture("gb200-nvl72-tray"))
+    pub = NodePublisher("n1", backend, sink, settings, AgentMetrics(), clock=clock.wall, monotonic=clock.mono)
+    await pub.poll_once()
+    assert backend.reads == 1 and len(sink.calls) == 3
+
+    for _ in range(5):
+        clock.t += 10
+        assert await pub.poll_once() == PollResult(False, False)
+    assert backend.reads == 1 and pub.last_poll == clock.t
+
+    clock.t += 10  # the data changed: read, and write what the GPUNode shows
+    backend.dump["devices"][2]["XidEvents"] = {"79": 1}
+    backend.token = 2
+    assert (await pub.poll_once()).status_written
+    assert backend.reads == 2
+
+    clock.t += 10  # a failed write is retried even though the data did not change
+    backend.dump["devices"][2]["XidEvents"] = {}
+    backend.token = 3
+    sink.fail_next.append("status")
+    assert (await pub.poll_once()).errors
+    clock.t += 10
+    assert (await pub.poll_once()).status_written
+    assert backend.reads == 4
+
+    pub.forget_written()  # the GPUNode was deleted: read and write again
+    clock.t += 10
+    assert (await pub.poll_once()).status_written
+    assert backend.reads == 5
+
+    clock.t += 300  # resync is due: read (for a fresh lastSeen) and write
+    result = await pub.poll_once()
+    assert (result.status_written, result.labels_written) == (True, True)
+    assert backend.reads == 6

@@ -1,12 +1,19 @@
 """The ``kubegang`` policy: the production core, driven as the operator's admission cycle drives it.
 
-Per pass, in rounds until a round admits nothing: take the heads of the leaf queues in fair-share
-order (``PendingQueues.heads``), check quota up the tree (``QuotaTree.can_admit``), ``plan`` the whole
-gang on the snapshot, allocate it and charge the quota. A head that does not fit in quota is parked
-until quota frees; one that fits in quota but not in the cluster keeps its place (the operator
-retries it next cycle). With priorities, a blocked head asks the quota policy for candidates
-(``candidates_for``) and the placement-aware planner (``plan_preemption``) for the fewest whole
-gangs whose eviction lets it run; victims go back to their queues and restart from scratch.
+Per pass, in rounds until nothing is left to try: take the heads of the leaf queues in fair-share
+order (``PendingQueues.heads``; reservation holders first, ``Backfill.order``), check quota up the
+tree (``QuotaTree.can_admit``), ``plan`` the whole gang on the snapshot (nodes reserved for another
+job excluded), allocate it and charge the quota; after each admission the heads are re-ordered (fair
+share moved). A head that does not fit in quota is parked until quota frees; one that fits in quota
+but not on the GPUs steps aside for the rest of the pass so the jobs behind it may start
+(``BestEffortFIFO`` backfill, ``kubegang.quota.Backfill``), and once it has been blocked for
+``reserve_after_seconds`` it reserves the nodes of the placement it would get once the fewest running
+gangs are gone (``plan_preemption`` over all running gangs, waited for instead of evicted). With
+``StrictFIFO`` it keeps its place and its queue waits. Within a pass, a gang at least as big (pods and
+GPUs per pod, same product) as one that found no room is not planned again. With priorities, a
+blocked head asks the quota policy for candidates (``candidates_for``) and the placement-aware
+planner (``plan_preemption``) for the fewest whole gangs whose eviction lets it run; victims go back
+to their queues and restart from scratch.
 
 Queues: one leaf per team under one root; each leaf's nominal quota is an equal share of every GPU
 product, with unlimited borrowing and lending, so quota shapes the order (fair share) but never
@@ -15,11 +22,15 @@ idles GPUs. Leaves may preempt lower-priority jobs in their own queue and, while
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import random
 
 from kubegang import preemption
-from kubegang.placement import Placement, Snapshot, plan
+from kubegang.placement import GangRequest, Placement, Snapshot, plan
 from kubegang.quota import (
+    Backfill,
+    BackfillPolicy,
     BorrowWithinParent,
     FlavorQuota,
     PendingJob,
@@ -38,6 +49,19 @@ from ._engine import Step
 from ._metrics import gang_request
 from ._workload import Job
 
+
+class _Outcome(enum.Enum):
+    ADMITTED = "admitted"
+    NO_QUOTA = "no quota"
+    """Parked until quota frees (``PendingQueues.wake``)."""
+    NO_ROOM = "no room"
+    """Fits in quota, not on the GPUs."""
+
+
+def _covers(small: Job, job: Job) -> bool:
+    """Whether ``job`` needs at least what ``small`` needs (so it cannot fit where ``small`` did not)."""
+    return small.product == job.product and small.pods <= job.pods and small.gpus_per_pod <= job.gpus_per_pod
+
 ANY_PRODUCT = "any"
 """Quota flavour for jobs that name no GPU product."""
 
@@ -47,8 +71,9 @@ class KubegangPolicy:
 
     name = "kubegang"
 
-    def __init__(self, queues: int = 4) -> None:
+    def __init__(self, queues: int = 4, backfill: BackfillPolicy | None = None) -> None:
         self.queues = queues
+        self.backfill_policy = backfill or BackfillPolicy()
         self.now = 0.0
 
     def reset(self, cluster: Cluster, snapshot: Snapshot, rng: random.Random) -> None:
@@ -67,6 +92,7 @@ class KubegangPolicy:
         ]
         self.tree = QuotaTree(specs, clock=lambda: self.now)
         self.pending = PendingQueues(self.tree)
+        self.backfill = Backfill(self.backfill_policy)
         self.jobs: dict[str, Job] = {}
         self.running: dict[str, RunningJob] = {}
 
@@ -84,6 +110,7 @@ class KubegangPolicy:
     def finished(self, job: Job, now: float) -> None:
         self.now = now
         self.running.pop(job.id, None)
+        self.backfill.forget(job.id)
         self.tree.release(job.id)
         self.pending.wake()
 
@@ -99,16 +126,36 @@ class KubegangPolicy:
     def schedule(self, now: float) -> Step:
         self.now = now
         step = Step()
-        progress = True
-        while progress:
-            progress = False
-            for head in self.pending.heads():
-                if self._try_admit(head, step):
-                    progress = True
+        no_room: list[Job] = []
+        try:
+            while True:
+                progress = False
+                for head in self.backfill.order(self.pending.heads()):
+                    outcome = self._try_admit(head, step, no_room)
+                    if outcome is _Outcome.ADMITTED:
+                        progress = True
+                        break  # fair share moved: re-order the heads
+                    if outcome is _Outcome.NO_ROOM and self.backfill.steps_aside:
+                        self.pending.step_aside(head.job_id)
+                        progress = True  # the job behind it is the new head
+                if not progress:
+                    break
+        finally:
+            self.pending.restore()
         return step
 
-    def _try_admit(self, head: PendingJob, step: Step) -> bool:
+    def _request(self, job: Job) -> GangRequest:
+        """The job's gang, kept off the nodes reserved for other jobs."""
+        excluded = self.backfill.excluded_for(job.id)
+        gang = gang_request(job)
+        return dataclasses.replace(gang, excluded_nodes=excluded) if excluded else gang
+
+    def _try_admit(self, head: PendingJob, step: Step, no_room: list[Job]) -> _Outcome:
         job = self.jobs[head.job_id]
+        holder = head.job_id in self.backfill.holders()
+        if not holder and any(_covers(small, job) for small in no_room):
+            self.backfill.blocked(job.id, self.now)
+            return _Outcome.NO_ROOM  # a smaller gang found no room in this pass: neither will this one
         self.pending.remove(head.job_id)
         decision = self.tree.can_admit(head.queue, head.usage)
         if not decision:
@@ -116,23 +163,41 @@ class KubegangPolicy:
                 raise ValueError(f"job {job.id} can never fit in queue {head.queue}: {decision}")
             if not self._preempt(head, step):
                 self.pending.requeue(head, inadmissible=True)
-                return False
-        gang = gang_request(job)
+                self._blocked(job, None)  # a gang bigger than the free GPUs is refused by quota first
+                return _Outcome.NO_QUOTA
+            no_room.clear()  # evictions freed GPUs
+        gang = self._request(job)
         result = plan(gang, self.snapshot)
         if not isinstance(result, Placement):
             if not self._preempt(head, step):
                 self.pending.requeue(head)
-                return False
+                self._blocked(job, None if holder else no_room)
+                return _Outcome.NO_ROOM
+            no_room.clear()
             result = plan(gang, self.snapshot)
             if not isinstance(result, Placement):
                 raise AssertionError(f"preemption for {job.id} was planned but the gang does not fit")
         if not self.tree.admit(job.id, head.queue, head.usage):
             self.pending.requeue(head, inadmissible=True)
-            return False
+            return _Outcome.NO_QUOTA
         self.snapshot.allocate_all(result.allocations(gang))
         self.running[job.id] = RunningJob(job.id, head.queue, head.usage, job.priority, self.now)
+        self.backfill.forget(job.id)
         step.started.append(job.id)
-        return True
+        return _Outcome.ADMITTED
+
+    def _blocked(self, job: Job, no_room: list[Job] | None) -> None:
+        """``job`` waits for GPUs or quota: note it, and reserve its nodes once it is due."""
+        if no_room is not None:
+            no_room.append(job)
+        self.backfill.blocked(job.id, self.now)
+        if not self.backfill.reservation_due(job.id, self.now):
+            return
+        # The gangs to wait for: the fewest whose end lets it run (oldest first on ties), not evicted.
+        waited = [preemption.Candidate(r.job_id, 0, -r.started) for r in self.running.values()]
+        found = preemption.plan_preemption(gang_request(job), self.snapshot, waited)
+        if found is not None:
+            self.backfill.reserve(job.id, found.placement.nodes)
 
     def _preempt(self, head: PendingJob, step: Step) -> bool:
         """Evict the fewest whole gangs that let ``head`` fit, when quota policy allows any."""

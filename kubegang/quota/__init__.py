@@ -1,10 +1,17 @@
 """Hierarchical GPU quotas: the queue tree, fair-share admission order and preemption policy.
 
 Pure accounting, no Kubernetes: the operator converts GPUQueue objects into ``QueueSpec`` values,
-builds a ``QuotaTree``, keeps pending jobs in ``PendingQueues`` and asks ``candidates_for`` whom a
-waiting job may evict. Semantics and examples: docs/quota.md.
+builds a ``QuotaTree``, keeps pending jobs in ``PendingQueues``, lets ``Backfill`` say which blocked
+heads step aside or reserve their nodes, and asks ``candidates_for`` whom a waiting job may evict.
+Semantics and examples: docs/quota.md.
 """
 
+from kubegang.quota._backfill import (
+    DEFAULT_RESERVE_AFTER_SECONDS,
+    Backfill,
+    BackfillPolicy,
+    QueueingStrategy,
+)
 from kubegang.quota._candidates import (
     Candidate,
     CandidateReason,
@@ -29,6 +36,9 @@ from kubegang.quota._spec import (
 from kubegang.quota._tree import FairSharing, QueueStatus, QuotaTree
 
 __all__ = [
+    "DEFAULT_RESERVE_AFTER_SECONDS",
+    "Backfill",
+    "BackfillPolicy",
     "BorrowWithinParent",
     "Candidate",
     "CandidateReason",
@@ -41,6 +51,7 @@ __all__ = [
     "PreemptionPolicy",
     "QueueSpec",
     "QueueStatus",
+    "QueueingStrategy",
     "QuotaSpecError",
     "QuotaTree",
     "ReclaimFromBorrowers",

@@ -7,6 +7,8 @@ O(Q x depth x flavours), independent of N: 10,000 jobs in 100 queues cost no mor
 
 A head that does not fit in quota is *parked* (Kueue's BestEffortFIFO: the next job of its queue
 becomes the head) until ``wake`` is called, which the owner does when quota frees up in its tree.
+A head that fits in quota but not on the GPUs may *step aside* for the rest of a cycle
+(``step_aside`` / ``restore``), so the jobs behind it are considered (backfill, see ``_backfill``).
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class PendingQueues:
         self._heaps: dict[str, list[_Entry]] = {}
         self._live: dict[str, tuple[PendingJob, int]] = {}
         self._parked: dict[str, PendingJob] = {}
+        self._aside: dict[str, tuple[PendingJob, int]] = {}
         self._per_queue: Counter[str] = Counter()
         self._seq = itertools.count()
         # queue -> (head's sequence, path version, key): a head's key changes only when a charge on
@@ -77,10 +80,10 @@ class PendingQueues:
         self._keys: dict[str, tuple[int, int, tuple[int, tuple[float, ...], float, int]]] = {}
 
     def __len__(self) -> int:
-        return len(self._live) + len(self._parked)
+        return len(self._live) + len(self._parked) + len(self._aside)
 
     def __contains__(self, job_id: object) -> bool:
-        return job_id in self._live or job_id in self._parked
+        return job_id in self._live or job_id in self._parked or job_id in self._aside
 
     def pending(self, queue: str) -> int:
         """Jobs waiting in this leaf queue, parked ones included (for the GPUQueue status)."""
@@ -95,7 +98,7 @@ class PendingQueues:
 
     def remove(self, job_id: str) -> PendingJob | None:
         """Forget a pending job (it was deleted or suspended); None if it was not pending."""
-        entry = self._live.pop(job_id, None)
+        entry = self._live.pop(job_id, None) or self._aside.pop(job_id, None)
         job = entry[0] if entry else self._parked.pop(job_id, None)
         if job is not None:
             self._per_queue[job.queue] -= 1
@@ -140,6 +143,26 @@ class PendingQueues:
             del self._parked[job.job_id]
             self._enqueue(job)
         return len(woken)
+
+    def step_aside(self, job_id: str) -> None:
+        """Hide a waiting job until ``restore``, so the next job of its queue becomes the head.
+
+        For a head that fits in quota but not on the GPUs: the rest of this cycle backfills behind
+        it. It keeps its place (priority, creation time, sequence) for the next cycle.
+        """
+        entry = self._live.pop(job_id, None)
+        if entry is None:
+            raise ValueError(f"job {job_id!r} is not a waiting job of any queue (parked, aside or unknown)")
+        self._aside[job_id] = entry
+
+    def restore(self) -> int:
+        """Return every job that stepped aside to its place in its queue; how many there were."""
+        restored = len(self._aside)
+        for job_id, (job, seq) in self._aside.items():
+            self._live[job_id] = (job, seq)
+            heapq.heappush(self._heaps.setdefault(job.queue, []), (-job.priority, job.created, seq, job_id))
+        self._aside.clear()
+        return restored
 
     def parked(self) -> list[PendingJob]:
         return list(self._parked.values())

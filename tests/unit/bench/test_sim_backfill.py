@@ -1,0 +1,38 @@
+"""The kubegang policy backfills past a blocked big gang, and the big gang still starts within its bound."""
+
+from __future__ import annotations
+
+from bench.sim import Job, KubegangPolicy, RunResult, load_cluster, simulate
+from kubegang.quota import BackfillPolicy
+
+HOUR = 3600.0
+
+
+def _gang(job_id: str, arrival: float, pods: int, duration: float) -> Job:
+    return Job(job_id, arrival, pods, 8, duration, "team-0", 0, "NVIDIA-H100-80GB-HBM3")
+
+
+def _run(policy: BackfillPolicy) -> RunResult:
+    # 4 nodes x 8 GPUs, one queue. "long" holds 3 nodes for 10 h; "big" needs all 4 and is the head;
+    # behind it, 1-node jobs arrive every 30 min for 40 h and run 1 h each: one node is always free
+    # for them, and without a bound they keep it busy forever.
+    cluster = load_cluster("superpod-h100", limit=4)
+    jobs = [_gang("long", 0.0, 3, 10 * HOUR), _gang("big", 1.0, 4, HOUR)]
+    jobs += [_gang(f"small-{i}", 2.0 + i * HOUR / 2, 1, HOUR) for i in range(80)]
+    return simulate(KubegangPolicy(backfill=policy), cluster, jobs)
+
+
+def test_a_small_gang_that_fits_starts_while_the_big_head_waits_and_the_head_starts_within_its_bound() -> None:
+    result = _run(BackfillPolicy(reserve_after_seconds=2 * HOUR))
+    assert result.started["small-0"] == 2.0  # backfilled past the blocked head
+    # Reserved after 2 h of waiting: it waits at most for what runs on its nodes then ("long", and the
+    # small jobs started before the reservation, 1 h each).
+    assert result.started["big"] <= 10 * HOUR + HOUR
+    assert result.metrics.completed == 82
+    assert result.metrics.partial_gpu_hours == 0.0
+
+
+def test_without_a_bound_the_big_head_starves_behind_backfilled_jobs() -> None:
+    result = _run(BackfillPolicy(reserve_after_seconds=None))
+    assert result.started["small-0"] == 2.0
+    assert result.started["big"] > 40 * HOUR  # only once the stream of small jobs ends

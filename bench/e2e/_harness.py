@@ -143,6 +143,44 @@ def extender_window(before: dict[str, tuple[float, float]], after: dict[str, tup
             "scheduler_verbs_ms_per_pod": round(1000 * http / pods, 3) if pods else None}
 
 
+# -- the API server's account of the requests it served ---------------------------------------
+
+WRITE_VERBS = frozenset({"CREATE", "UPDATE", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
+
+
+def apiserver_requests(target: Target) -> dict[str, float]:
+    """Requests served so far, by ``VERB resource[/subresource]`` (apiserver_request_total summed over
+    codes and scopes); {} when the metrics cannot be read."""
+    try:
+        with target.api.client() as c:
+            text = c.get("/metrics").text
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "apiserver_request":
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            labels = sample.labels
+            resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+            key = f"{labels.get('verb', '')} {resource}"
+            out[key] = out.get(key, 0.0) + sample.value
+    return out
+
+
+def apiserver_window(before: dict[str, float], after: dict[str, float], jobs: int, pods: int) -> dict[str, Any]:
+    """Writes served during the burst, by verb and resource, and per job and per pod: what the API
+    server was asked to do for the burst (every client's, the control plane's own included)."""
+    delta = {k: int(v - before.get(k, 0.0)) for k, v in after.items()}
+    writes = {k: n for k, n in sorted(delta.items(), key=lambda kv: -kv[1]) if n > 0 and k.split()[0] in WRITE_VERBS}
+    total = sum(writes.values())
+    return {"writes": writes, "writes_total": total,
+            "writes_per_job": round(total / jobs, 2) if jobs else None,
+            "writes_per_pod": round(total / pods, 2) if pods else None}
+
+
 # -- one half -------------------------------------------------------------------------------------
 
 def _own_cpu() -> tuple[float, float]:
@@ -215,6 +253,7 @@ def run_plain(target: Target, jobs: Sequence[BenchJob], namespace: str, settings
     docs = baseline_order(jobs, namespace)
     _ensure_namespace(target, namespace)
     before, own = procstats.sample_cluster(target.cluster_dir), _own_cpu()
+    requests_before = apiserver_requests(target)
     rec = Recorder(time.monotonic())
     watch = kube.Watch(target.api, PODS.format(ns=namespace), rec.on_pod)
     watch.start()
@@ -223,6 +262,7 @@ def run_plain(target: Target, jobs: Sequence[BenchJob], namespace: str, settings
     finished = _await(lambda: rec.running_pods() >= len(docs), rec.running_pods, settings)
     wall = time.monotonic() - rec.t0
     after = procstats.sample_cluster(target.cluster_dir)
+    requests = apiserver_window(requests_before, apiserver_requests(target), len(jobs), len(docs))
     watch.stop()
     pods = rec.pod_list()
     result = {
@@ -233,7 +273,7 @@ def run_plain(target: Target, jobs: Sequence[BenchJob], namespace: str, settings
         "pods_running": rate([p.running for p in pods if p.running is not None], len(docs)),
         "time_until_all_running_s": max((p.running or 0.0 for p in pods), default=None) if finished else None,
         "pending_pods": sum(1 for p in pods if p.bound is None),
-        "processes": procstats.window(before, after), "clients": _client_cpu(own),
+        "processes": procstats.window(before, after), "clients": _client_cpu(own), "apiserver": requests,
         "audit": audit(target),
         "watch_errors": watch.errors[:10],
     }
@@ -275,6 +315,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     n_pods = sum(j.pods for j in jobs)
     before, own = procstats.sample_cluster(target.cluster_dir), _own_cpu()
     verbs_before = extender_verbs(target.cluster_dir)
+    requests_before = apiserver_requests(target)
     rec = Recorder(time.monotonic())
     job_watch = kube.Watch(target.api, GPUJOBS.format(ns=namespace), rec.on_job)
     pod_watch = kube.Watch(target.api, PODS.format(ns=namespace), rec.on_pod)
@@ -287,6 +328,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     wall = time.monotonic() - rec.t0
     after = procstats.sample_cluster(target.cluster_dir)
     verbs_after = extender_verbs(target.cluster_dir)
+    requests = apiserver_window(requests_before, apiserver_requests(target), len(docs), n_pods)
     job_watch.stop()
     pod_watch.stop()
     pods = rec.pod_list()
@@ -312,7 +354,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
         "job_phases": phases,
         "jobs_not_started": not_started[:20],
         "processes": procstats.window(before, after), "clients": _client_cpu(own),
-        "extender": extender_window(verbs_before, verbs_after, n_pods),
+        "extender": extender_window(verbs_before, verbs_after, n_pods), "apiserver": requests,
         "audit": audit(target, namespace),
         "watch_errors": (job_watch.errors + pod_watch.errors)[:10],
     }

@@ -119,6 +119,20 @@ def _process_table(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _write_table(out: dict[str, Any], top: int = 12) -> str:
+    """The API server's writes in each half, busiest first (from apiserver_request_total)."""
+    kg = _get(out, "kubegang", "apiserver") or {}
+    plain = _get(out, "plain", "apiserver") or {}
+    a, b = kg.get("writes") or {}, plain.get("writes") or {}
+    keys = sorted(set(a) | set(b), key=lambda k: -(a.get(k, 0) + b.get(k, 0)))[:top]
+    lines = ["| request | kubegang half | baseline half |", "|---|---:|---:|"]
+    lines += [f"| {k} | {_fmt(a.get(k))} | {_fmt(b.get(k))} |" for k in keys]
+    lines += [f"| all writes | {_fmt(kg.get('writes_total'))} | {_fmt(plain.get('writes_total'))} |",
+              f"| writes per job | {_fmt(kg.get('writes_per_job'))} | {_fmt(plain.get('writes_per_job'))} |",
+              f"| writes per pod | {_fmt(kg.get('writes_per_pod'))} | {_fmt(plain.get('writes_per_pod'))} |"]
+    return "\n".join(lines)
+
+
 def markdown(out: dict[str, Any]) -> str:
     s = out.get("summary") or summary(out)
     m, v, w = out.get("machine", {}), out.get("versions", {}), out.get("workload", {})
@@ -179,6 +193,11 @@ def markdown(out: dict[str, Any]) -> str:
         "CPU and memory over each measured window:",
         "",
         _process_table(out),
+        "",
+        "Writes the API server served during each window, by verb and resource (every client's, the "
+        "control plane's own included; `apiserver_request_total`):",
+        "",
+        _write_table(out),
         "",
         "## Against the goals",
         "",

@@ -207,7 +207,7 @@ class KubegangPolicy:
         if not allowed:
             return False
         offered = [preemption.Candidate(c.job.job_id, c.job.priority, c.job.started) for c in allowed]
-        found = preemption.plan_preemption(gang_request(self.jobs[head.job_id]), self.snapshot, offered)
+        found = preemption.plan_preemption(self._request(self.jobs[head.job_id]), self.snapshot, offered)
         if found is None or not found.victims:
             return False
         if not fits_after_eviction(self.tree, head, found.victims):

@@ -145,7 +145,7 @@ def extender_window(before: dict[str, tuple[float, float]], after: dict[str, tup
 
 # -- the API server's account of the requests it served ---------------------------------------
 
-WRITE_VERBS = frozenset({"CREATE", "UPDATE", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"})
 
 
 def apiserver_requests(target: Target) -> dict[str, float]:

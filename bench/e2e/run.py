@@ -123,20 +123,23 @@ def main(argv: list[str] | None = None) -> int:
               f"{out['workload']['gpus']} of {capacity} GPUs on {len(nodes)} nodes", file=sys.stderr)
         settings = harness.HalfSettings(appliers=args.appliers, timeout_s=args.timeout, stall_s=args.stall)
         stamp = time.strftime("%H%M%S")
+        # The API server deletes a collection one object at a time (--delete-collection-workers=1):
+        # 5,000 pods on a busy 2-core machine outlast a fixed 300 s.
+        cleanup_s = 300 + 0.2 * out["workload"]["pods"]
         if args.only in (None, "plain"):
             if (cluster_dir / "kubegang.json").exists():
                 hack(cluster_dir, "kubegang", "down")  # the baseline runs without the extender
             ns = f"bench-plain-{stamp}"
             print("[bench] baseline: plain pods, kube-scheduler alone", file=sys.stderr)
             out["plain"] = harness.run_plain(target, jobs, ns, settings)
-            out["plain"]["cleanup_s"] = harness.cleanup(target, ns, gpujobs=False)
+            out["plain"]["cleanup_s"] = harness.cleanup(target, ns, gpujobs=False, timeout=cleanup_s)
         if args.only in (None, "kubegang"):
             print("[bench] kubegang: hack/cluster kubegang up", file=sys.stderr)
             out["kubegang_up_s"] = hack(cluster_dir, "kubegang", "up", "--operators", str(args.operators))
             ns = f"bench-kubegang-{stamp}"
             print("[bench] kubegang: GPUJob burst", file=sys.stderr)
             out["kubegang"] = harness.run_kubegang(target, jobs, ns, settings, leaves)
-            out["kubegang"]["cleanup_s"] = harness.cleanup(target, ns, gpujobs=True)
+            out["kubegang"]["cleanup_s"] = harness.cleanup(target, ns, gpujobs=True, timeout=cleanup_s)
             harness.delete_queues(target, leaves)
     except (RuntimeError, TimeoutError, OSError, ValueError, httpx.HTTPError) as exc:
         out["errors"].append(f"{type(exc).__name__}: {exc}")

@@ -16,7 +16,7 @@ from kubegang.placement import (
     node_score,
     plan,
 )
-from kubegang.placement._fragmentation import FragmentationModel, node_state
+from kubegang.placement._fragmentation import FragmentationModel, fgd_level, node_state
 from kubegang.topology import ANY_FLAVOUR, GPUInfo, NodeInfo, compile_index, uniform_fabric
 
 ANY = (ANY_FLAVOUR,)
@@ -46,12 +46,75 @@ def test_expectation_over_the_mix() -> None:
     assert frag(mix, [1000] * 8) == 0.0
 
 
-def test_cpu_memory_and_model_make_a_node_unusable() -> None:
-    mix = WorkloadMix({TaskShape(1, cpu_milli=4000, memory_mib=8192, flavours=("gpu:H100",)): 1.0})
+def test_cpu_and_model_make_a_node_unusable_memory_only_when_counted() -> None:
+    shape = TaskShape(1, cpu_milli=4000, memory_mib=8192, flavours=("gpu:H100",))
+    mix = WorkloadMix({shape: 1.0})
     assert frag(mix, [1000, 1000], cpu=8000, mem=16384, keys=H100) == 0.0
     assert frag(mix, [1000, 1000], cpu=3999, mem=16384, keys=H100) == 2.0
-    assert frag(mix, [1000, 1000], cpu=8000, mem=8191, keys=H100) == 2.0
     assert frag(mix, [1000, 1000], cpu=8000, mem=16384, keys=("gpu:A100", ANY_FLAVOUR)) == 2.0
+    # As in the paper, the measure has CPU and GPU only: short memory strands nothing...
+    assert frag(mix, [1000, 1000], cpu=8000, mem=8191, keys=H100) == 0.0
+    # ...unless the mix is told to count it.
+    counted = WorkloadMix({shape: 1.0}, count_memory=True)
+    assert frag(counted, [1000, 1000], cpu=8000, mem=8191, keys=H100) == 2.0
+    assert frag(counted, [1000, 1000], cpu=8000, mem=8192, keys=H100) == 0.0
+
+
+def test_memory_stays_a_hard_constraint_of_placement() -> None:
+    nodes = [NodeInfo(f"n{i}", {}, tuple(GPUInfo(j) for j in range(2)), cpu_milli=64_000, memory_mib=16_384)
+             for i in range(2)]
+    snap = Snapshot(compile_index(nodes), WorkloadMix({TaskShape(1, memory_mib=8192): 1.0}))
+    snap.allocate(Allocation("a", 0, "n0", (0,), memory_mib=12_288))
+    pod = GangRequest("p", gpus_per_pod=1, memory_mib=8192)
+    # n0 is the best fit by GPUs, but has 4 GiB left: the pod must go to n1.
+    result = plan(pod, snap)
+    assert isinstance(result, Placement) and result.assignments[0].node == "n1"
+
+
+def test_mid_size_pod_leaves_the_big_memory_node_for_the_pods_only_it_holds() -> None:
+    # n0: 8 GPUs, 96 CPUs, 384 GiB; n1: 8 GPUs, 128 CPUs, 768 GiB, the only node for the
+    # 120-CPU pods. A 4-GPU pod of 60 CPUs and 313 GiB leaves too little memory on n0 for the
+    # mix's 4-GPU pods (32 CPUs, 313 GiB); counting memory calls that stranding and sends the
+    # pod to n1, so the big pod that follows has nowhere to go (openb multigpu50). The paper's
+    # CPU-and-GPU measure keeps n1 whole.
+    def cluster(mix: WorkloadMix) -> Snapshot:
+        return Snapshot(compile_index([
+            NodeInfo("n0", {}, tuple(GPUInfo(j) for j in range(8)), cpu_milli=96_000, memory_mib=393_216),
+            NodeInfo("n1", {}, tuple(GPUInfo(j) for j in range(8)), cpu_milli=128_000, memory_mib=786_432),
+        ]), mix)
+
+    shapes = {TaskShape(4, cpu_milli=32_000, memory_mib=320_512): 6.0,
+              TaskShape(8, cpu_milli=120_000, memory_mib=655_360): 1.0}
+    mid = GangRequest("mid", gpus_per_pod=4, cpu_milli=60_000, memory_mib=320_512)
+    for count_memory, node in ((False, "n0"), (True, "n1")):
+        result = plan(mid, cluster(WorkloadMix(shapes, count_memory=count_memory)))
+        assert isinstance(result, Placement) and result.assignments[0].node == node, count_memory
+
+
+def test_fgd_level_is_the_papers_score() -> None:
+    assert fgd_level(0.0) == 50
+    assert fgd_level(1e-12) == 50 and fgd_level(-1e-12) == 50  # float noise is no change
+    assert fgd_level(0.001) == 49  # any growth of fragmentation scores below no change
+    assert fgd_level(-0.039) == 50 and fgd_level(-0.041) == 51  # a level is ~1/25 GPU near zero
+    assert fgd_level(-1.0) == 73 and fgd_level(1.0) == 26
+    assert fgd_level(-20.0) == 99 and fgd_level(20.0) == 0
+
+
+def test_changes_within_one_level_go_to_best_fit() -> None:
+    # A 0.3-GPU share. n0 has 1.6 GPUs free (0.6 and a whole one), n1 has 1.2 (0.8 and 0.4).
+    # Against this mix the share shrinks n0's fragmentation by 0.018 GPU more than n1's: noise
+    # at the paper's resolution (both changes are one level), so best fit decides: n1.
+    mix = WorkloadMix({TaskShape(1, 100): 1.0, TaskShape(1): 1.0, TaskShape(1, 300): 0.5, TaskShape(2): 0.3})
+    snap = Snapshot(compile_index(uniform_fabric(2, gpus=2, leaf_size=2)), mix)
+    snap.allocate(Allocation("a", 0, "node-00000", (0,), gpu_milli=400))
+    snap.allocate(Allocation("b", 0, "node-00001", (0,), gpu_milli=200))
+    snap.allocate(Allocation("c", 0, "node-00001", (1,), gpu_milli=600))
+    shape = TaskShape(1, 300)
+    c0, c1 = snap.fragmentation.choice(0, shape), snap.fragmentation.choice(1, shape)
+    assert c0 is not None and c1 is not None
+    assert c0.delta < c1.delta - 0.01 and fgd_level(c0.delta) == fgd_level(c1.delta)
+    result = plan(GangRequest("p", gpus_per_pod=0, gpu_fraction_milli=300), snap)
+    assert isinstance(result, Placement) and result.assignments[0].node == "node-00001"
 
 
 def test_sanity_properties_on_random_states() -> None:

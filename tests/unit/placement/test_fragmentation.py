@@ -179,6 +179,19 @@ def test_choice_keeps_whole_nodes_for_the_shapes_that_need_them() -> None:
     assert node_score(pod, snap, "n1") > node_score(pod, snap, "n0")
 
 
+def test_ties_go_to_the_papers_best_fit_of_gpus_and_cpu() -> None:
+    # Against 1-GPU pods no placement changes fragmentation (one level everywhere). After the pod
+    # n0 would keep 1 GPU and 60 CPUs, n1 2 GPUs and 4 CPUs. Fewest free GPUs alone says n0; the
+    # paper's best fit (free GPUs and CPU, each as a share of the largest node's) says n1, and
+    # keeps n0's CPUs for a pod that needs them.
+    nodes = [NodeInfo(f"n{i}", {}, tuple(GPUInfo(j) for j in range(8)), cpu_milli=64_000) for i in range(2)]
+    snap = Snapshot(compile_index(nodes), WorkloadMix({TaskShape(1): 1.0}))
+    snap.allocate(Allocation("a", 0, "n0", (0, 1, 2, 3, 4, 5), cpu_milli=3000))
+    snap.allocate(Allocation("b", 0, "n1", (0, 1, 2, 3, 4), cpu_milli=59_000))
+    result = plan(GangRequest("p", gpus_per_pod=1, cpu_milli=1000), snap)
+    assert isinstance(result, Placement) and result.assignments[0].node == "n1"
+
+
 def test_index_follows_allocations_and_rollbacks() -> None:
     snap = Snapshot(compile_index(uniform_fabric(4, gpus=4, leaf_size=2)), WorkloadMix({TaskShape(4): 1.0}))
     index = snap.fragmentation

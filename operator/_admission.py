@@ -462,6 +462,8 @@ class Admission:
             fresh = last is not None and time.monotonic() - last[2] < MESSAGE_REFRESH_SECONDS
             if fresh and last is not None and last[:2] == (phase.value, reason):
                 return
+        else:  # a new phase or reason (not a refreshed message): worth a line in the log
+            log.info("%s %s: %s (%s)", job.key, phase.value, reason, message)
         patch = transition(job.status, phase, reason, message, now=self.clock(), observed_generation=job.generation)
         if phase is Phase.UNSCHEDULABLE:
             self.notify(job, reason, message, warning=True)

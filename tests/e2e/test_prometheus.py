@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -188,7 +188,7 @@ def test_prometheus_scrapes_and_every_dashboard_query_has_data(
     cluster.apply(_queue_and_job(namespace))
     try:
         _filter_requests(ports["https"], pki, node)
-        _assert_dashboard_has_data(prom, processes, ports)
+        _assert_dashboard_has_data(prom, processes, ports, lambda: _job_story(cluster, namespace, tmp_path))
         _assert_rules_evaluate(prom)
         targets = httpx.get(f"{prom}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
         assert {t["labels"]["job"]: t["health"] for t in targets} == {
@@ -208,7 +208,18 @@ def _panel_queries() -> list[tuple[str, str]]:
             for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]]
 
 
-def _assert_dashboard_has_data(prom: str, procs: Processes, ports: dict[str, int]) -> None:
+def _job_story(cluster: Cluster, namespace: str, logs: Path) -> str:
+    """What the GPUJob and the operator say, for a failure message (the admission metrics need the
+    job admitted)."""
+    job = cluster.kubectl("get", "gpujob", "scrape-me", "-n", namespace, "-o", "json", check=False)
+    status = json.loads(job.stdout).get("status") if job.returncode == 0 else job.stderr
+    operator_log = (logs / "operator.log").read_text(errors="replace")[-2000:]
+    return f"GPUJob status: {json.dumps(status, indent=1)}\noperator log tail:\n{operator_log}"
+
+
+def _assert_dashboard_has_data(
+    prom: str, procs: Processes, ports: dict[str, int], story: Callable[[], str] = lambda: ""
+) -> None:
     exposition = "".join(httpx.get(f"http://127.0.0.1:{ports[c]}/metrics", timeout=10).text
                          for c in ("operator", "extender", "agent"))
     pending = {}
@@ -226,7 +237,9 @@ def _assert_dashboard_has_data(prom: str, procs: Processes, ports: dict[str, int
             if _query(prom, key[1]):
                 del pending[key]
         time.sleep(2)
-    assert not pending, "dashboard queries without data:\n" + "\n".join(f"  {t}: {e}" for t, e in pending)
+    assert not pending, (
+        "dashboard queries without data:\n" + "\n".join(f"  {t}: {e}" for t, e in pending) + "\n" + story()
+    )
 
 
 def _assert_rules_evaluate(prom: str) -> None:

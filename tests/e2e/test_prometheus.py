@@ -1,14 +1,15 @@
-"""A real Prometheus (Debian's package) scrapes the operator, extender and agent started as local
-processes against the local control plane, evaluates kubegang's alert rules, and every query of the
-Grafana dashboard returns data.
+"""A real Prometheus (Debian's package) scrapes the operators, extender and agent of the e2e session's
+kubegang stack (``hack/cluster kubegang up``: the processes started with the flags their --help shows,
+as local processes against the local control plane), evaluates kubegang's alert rules, and every
+query of the Grafana dashboard returns data.
 
-The processes run with the flags their --help shows: the extender with a loopback PKI from
-kubegang.tls, the operator (leader election off, watching only this test's namespace) dialling the
-extender's gRPC port, the agent in replay mode serving the kwok nodes. A GPUQueue and a GPUJob make
-the operator admit a gang; HTTPS filter requests (one malformed on purpose) exercise the extender's
-verbs. Queries of metrics that only exist after a rare event (preemption, gang restart, watch restart,
-XID, failed API write) cannot have data on a healthy idle cluster: for those the test checks instead
-that the process exposes the metric family (its # TYPE line), so a renamed metric still fails here.
+The test scrapes the session's stack rather than starting a second one: two stacks on one cluster
+race for the same GPUJobs (the session's operators watch every namespace), and the admission metrics
+would then land in whichever operator won. A GPUQueue and a GPUJob make the leader admit a gang;
+HTTPS filter requests (one malformed on purpose) exercise the extender's verbs. Queries of metrics
+that only exist after a rare event (preemption, gang restart, watch restart, XID, failed API write)
+cannot have data on a healthy idle cluster: for those the test checks instead that a process exposes
+the metric family (its # TYPE line), so a renamed metric still fails here.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,9 +28,10 @@ import pytest
 import yaml
 
 from kubegang.testing import free_port
-from kubegang.tls import client_ssl_context, write_pki
+from kubegang.tls import client_ssl_context
 
 Cluster = Any  # the `cluster` fixture's object (tests/e2e/conftest.py)
+Kubegang = Any  # the `kubegang` fixture's object: the session's stack (tests/e2e/conftest.py)
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "kubegang"
 DASHBOARD = CHART / "dashboards" / "kubegang.json"
@@ -94,10 +95,10 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         procs.stop()
 
 
-def _wait_http(url: str, procs: Processes, timeout: float = 60) -> None:
+def _wait_http(url: str, alive: Callable[[], None], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        procs.check_alive()
+        alive()
         try:
             if httpx.get(url, timeout=2).status_code == 200:
                 return
@@ -120,13 +121,13 @@ def _queue_and_job(namespace: str) -> list[dict[str, Any]]:
     ]
 
 
-def _filter_requests(port: int, pki: Any, node: str) -> None:
+def _filter_requests(port: int, tls_dir: Path, node: str) -> None:
     pod = {"metadata": {"name": "probe", "namespace": "default", "uid": "probe-uid"},
            "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
     # An SSLContext, not verify=<path> + cert=: with a path for verify, httpx 0.28 returns before it
     # loads `cert` (httpx/_config.py), so no client certificate is sent and the mTLS server drops
     # the connection after the TLS 1.3 handshake.
-    ctx = client_ssl_context(pki.ca_cert, pki.client_cert, pki.client_key)
+    ctx = client_ssl_context(tls_dir / "ca.crt", tls_dir / "client.crt", tls_dir / "client.key")
     with httpx.Client(verify=ctx, base_url=f"https://127.0.0.1:{port}", timeout=10) as client:
         for _ in range(5):
             assert client.post("/filter", json={"Pod": pod, "NodeNames": [node]}).status_code == 200
@@ -144,62 +145,53 @@ def _query(prom: str, expr: str) -> list[dict[str, Any]]:
 
 
 def test_prometheus_scrapes_and_every_dashboard_query_has_data(
-        cluster: Cluster, crds: None, namespace: str, processes: Processes, tmp_path: Path) -> None:
+        cluster: Cluster, kubegang: Kubegang, namespace: str, processes: Processes, tmp_path: Path) -> None:
     cluster.use_shape("superpod-h100")
     prometheus = _prometheus()
     node = cluster.kubectl("get", "nodes", "-l", "type=kwok", "-o", "name").stdout.split()[0].removeprefix("node/")
-    pki = write_pki(tmp_path / "pki")
-    ports = {name: free_port() for name in ("https", "grpc", "extender", "operator", "agent", "prometheus")}
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
-    python = sys.executable
+    stack = kubegang.ports
+    targets = {
+        "operator": [f"127.0.0.1:{port}" for port in stack["operator_metrics"]],
+        "extender": [f"127.0.0.1:{stack['extender_metrics']}"],
+        "agent": [f"127.0.0.1:{stack['agent_metrics']}"],
+    }
+    alive = _stack_alive(kubegang)
+    for address in (a for addresses in targets.values() for a in addresses):
+        _wait_http(f"http://{address}/metrics", alive)
 
-    processes.start("extender", [
-        python, "-m", "kubegang.extender", "--kubeconfig", str(cluster.kubeconfig),
-        "--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key), "--client-ca", str(pki.ca_cert),
-        "--https-address", "127.0.0.1", "--https-port", str(ports["https"]),
-        "--grpc-address", "127.0.0.1", "--grpc-port", str(ports["grpc"]),
-        "--health-address", "127.0.0.1", "--health-port", str(ports["extender"])], env)
-    processes.start("operator", [
-        python, "-m", "kubegang.operator", "--kubeconfig", str(cluster.kubeconfig), "--namespace", namespace,
-        "--watch-namespace", namespace, "--extender-address", f"127.0.0.1:{ports['grpc']}",
-        "--tls-ca", str(pki.ca_cert), "--tls-cert", str(pki.client_cert), "--tls-key", str(pki.client_key),
-        "--metrics-port", str(ports["operator"]), "--leader-election", "off"], env)
-    processes.start("agent", [
-        python, "-m", "kubegang.agent", "--replay-dir", str(REPO / "tests" / "fixtures" / "nvml"),
-        "--nodes-from-label", "type=kwok", "--poll-interval", "2", "--metrics-host", "127.0.0.1",
-        "--metrics-port", str(ports["agent"])], env)
-    for component in ("extender", "operator", "agent"):
-        _wait_http(f"http://127.0.0.1:{ports[component]}/metrics", processes)
-
+    prom_port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(RULES)],
-        "scrape_configs": [
-            {"job_name": f"kubegang-{c}", "static_configs": [{"targets": [f"127.0.0.1:{ports[c]}"]}]}
-            for c in ("operator", "extender", "agent")],
+        "scrape_configs": [{"job_name": f"kubegang-{c}", "static_configs": [{"targets": addresses}]}
+                           for c, addresses in targets.items()],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     processes.start("prometheus", [
         prometheus, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{ports['prometheus']}", "--web.enable-lifecycle"], env)
-    prom = f"http://127.0.0.1:{ports['prometheus']}"
-    _wait_http(f"{prom}/-/ready", processes)
+        f"--web.listen-address=127.0.0.1:{prom_port}", "--web.enable-lifecycle"], {**os.environ})
+    prom = f"http://127.0.0.1:{prom_port}"
+
+    def all_alive() -> None:
+        processes.check_alive()
+        alive()
+
+    _wait_http(f"{prom}/-/ready", all_alive)
 
     cluster.apply(_queue_and_job(namespace))
     try:
-        _filter_requests(ports["https"], pki, node)
-        _assert_dashboard_has_data(prom, processes, ports, lambda: _job_story(cluster, namespace, tmp_path))
+        _filter_requests(stack["extender_https"], kubegang.tls_dir, node)
+        _assert_dashboard_has_data(prom, all_alive, [a for addresses in targets.values() for a in addresses],
+                                   lambda: _job_story(cluster, namespace, kubegang))
         _assert_rules_evaluate(prom)
-        targets = httpx.get(f"{prom}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
-        assert {t["labels"]["job"]: t["health"] for t in targets} == {
-            "kubegang-operator": "up", "kubegang-extender": "up", "kubegang-agent": "up"}
+        scraped = httpx.get(f"{prom}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+        assert sorted((t["labels"]["job"], t["health"]) for t in scraped) == sorted(
+            (f"kubegang-{c}", "up") for c, addresses in targets.items() for _ in addresses)
     finally:
+        cluster.kubectl("delete", "gpujob", "scrape-me", "-n", namespace, "--wait=false", check=False)
         cluster.kubectl("delete", "gpuqueue", f"{namespace}-q", "--wait=false", check=False)
-        for name, proc in processes.procs.items():
-            if proc.poll() is not None:
-                print(f"--- {name} exited {proc.returncode}")
         shutil.copytree(tmp_path, REPO / ".pytest_cache" / "prometheus-e2e-logs", dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("tsdb", "pki"))
+                        ignore=shutil.ignore_patterns("tsdb"))
 
 
 def _panel_queries() -> list[tuple[str, str]]:
@@ -208,20 +200,39 @@ def _panel_queries() -> list[tuple[str, str]]:
             for p in dashboard["panels"] if p["type"] != "row" for t in p["targets"]]
 
 
-def _job_story(cluster: Cluster, namespace: str, logs: Path) -> str:
-    """What the GPUJob and the operator say, for a failure message (the admission metrics need the
+def _job_story(cluster: Cluster, namespace: str, kubegang: Kubegang) -> str:
+    """What the GPUJob and the operators say, for a failure message (the admission metrics need the
     job admitted)."""
     job = cluster.kubectl("get", "gpujob", "scrape-me", "-n", namespace, "-o", "json", check=False)
     status = json.loads(job.stdout).get("status") if job.returncode == 0 else job.stderr
-    operator_log = (logs / "operator.log").read_text(errors="replace")[-2000:]
-    return f"GPUJob status: {json.dumps(status, indent=1)}\noperator log tail:\n{operator_log}"
+    assert cluster.cluster_dir is not None
+    logs = "".join(f"--- {log.name}:\n{log.read_text(errors='replace')[-1500:]}\n"
+                   for log in sorted((cluster.cluster_dir / "logs").glob("kubegang-operator-*.log")))
+    return f"GPUJob status: {json.dumps(status, indent=1)}\n{logs}"
+
+
+def _stack_alive(kubegang: Kubegang) -> Callable[[], None]:
+    """A check that the session stack's processes still run (their pids, from hack/cluster)."""
+    names = ["kubegang-extender", "kubegang-agent",
+             *(f"kubegang-operator-{i}" for i in range(len(kubegang.ports["operator_metrics"])))]
+
+    def check() -> None:
+        for name in names:
+            pid = kubegang.pid(name)
+            try:
+                if pid is None:
+                    raise ProcessLookupError
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                raise AssertionError(f"{name} (pid {pid}) is not running") from None
+
+    return check
 
 
 def _assert_dashboard_has_data(
-    prom: str, procs: Processes, ports: dict[str, int], story: Callable[[], str] = lambda: ""
+    prom: str, alive: Callable[[], None], addresses: list[str], story: Callable[[], str] = lambda: ""
 ) -> None:
-    exposition = "".join(httpx.get(f"http://127.0.0.1:{ports[c]}/metrics", timeout=10).text
-                         for c in ("operator", "extender", "agent"))
+    exposition = "".join(httpx.get(f"http://{address}/metrics", timeout=10).text for address in addresses)
     pending = {}
     for title, expr in _panel_queries():
         event = [m for m in EVENT_ONLY if m in expr]
@@ -232,7 +243,7 @@ def _assert_dashboard_has_data(
         pending[(title, expr)] = True
     deadline = time.monotonic() + 120
     while pending and time.monotonic() < deadline:
-        procs.check_alive()
+        alive()
         for key in list(pending):
             if _query(prom, key[1]):
                 del pending[key]

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from typing import Any
 
+import pytest
 import yaml
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -39,7 +40,7 @@ def _leader(ops: Any) -> str:
     return str(lease["spec"]["holderIdentity"])
 
 
-def test_burst_of_500_jobs_survives_killing_the_leader(ops: Any) -> None:
+def test_burst_of_500_jobs_survives_killing_the_leader(ops: Any, request: pytest.FixtureRequest) -> None:
     ops.cluster.use_shape("superpod-h100")
     root = ops.queue("burst", [(H100, NODES * GPUS_PER_NODE)])
     leaves = [ops.queue(f"burst-{i}", [(H100, NODES * GPUS_PER_NODE // LEAVES)], parent=root) for i in range(LEAVES)]
@@ -74,6 +75,8 @@ def test_burst_of_500_jobs_survives_killing_the_leader(ops: Any) -> None:
     assert pid is not None, f"no pid file for leader {leader}"
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
+    # The stack is the session's: later tests (Prometheus scrapes both replicas) get it whole again.
+    request.addfinalizer(ops.kubegang.restart)
     ops.cluster.wait_for("the other replica to lead", lambda: _leader(ops) != leader, timeout=60, interval=1)
     print(f"FIGURE leader {leader} killed; {_leader(ops)} took over after {time.monotonic() - killed:.1f}s")
 

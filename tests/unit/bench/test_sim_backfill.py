@@ -36,3 +36,16 @@ def test_without_a_bound_the_big_head_starves_behind_backfilled_jobs() -> None:
     result = _run(BackfillPolicy(reserve_after_seconds=None))
     assert result.started["small-0"] == 2.0
     assert result.started["big"] > 40 * HOUR  # only once the stream of small jobs ends
+
+
+def test_the_sweeps_share_scaled_rule_lets_a_smaller_gang_reserve_sooner() -> None:
+    from bench.sim.sweep_backfill import _ShareScaledBackfill
+
+    sizes = {"half": 32, "quarter": 16}
+    backfill = _ShareScaledBackfill(BackfillPolicy(reserve_after_seconds=8 * HOUR), sizes.__getitem__, 64)
+    backfill.blocked("half", 0.0)
+    backfill.blocked("quarter", 0.0)
+    assert not backfill.reservation_due("quarter", 4 * HOUR - 1)
+    assert backfill.reservation_due("quarter", 4 * HOUR)
+    assert not backfill.reservation_due("half", 8 * HOUR - 1)
+    assert backfill.reservation_due("half", 8 * HOUR)

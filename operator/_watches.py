@@ -1,7 +1,10 @@
 """Kopf handlers that feed the cache, and the full reload a new leader does.
 
 Every replica runs these (they only read): event handlers for GPUJobs, GPUQueues, PriorityClasses and
-the pods of gangs keep ``ClusterCache`` current. They never patch what they watch, so Kopf keeps no
+the pods of gangs keep ``ClusterCache`` current. They are coroutines: Kopf runs plain functions in a
+thread pool, where a cache update would race the leader's loop reading the same dicts and set its
+``asyncio.Event`` from a foreign thread (which need not wake the loop); the updates are quick and
+never block, so they run on the loop itself. They never patch what they watch, so Kopf keeps no
 progress annotations or finalizers on user objects and a standby's handlers are harmless. All
 decisions happen in the leader's loop (``_controller``).
 """
@@ -49,7 +52,7 @@ def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_s
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.event("kubegang.io", "v1alpha1", "gpujobs", registry=registry)
-    def job_event(type: str | None, body: Mapping[str, Any], uid: str, **_: Any) -> None:
+    async def job_event(type: str | None, body: Mapping[str, Any], uid: str, **_: Any) -> None:
         if type == "DELETED":
             cache.remove_job(uid)
         else:
@@ -63,26 +66,26 @@ def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_s
                 )
 
     @kopf.on.event("kubegang.io", "v1alpha1", "gpuqueues", registry=registry)
-    def queue_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
+    async def queue_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
         if type == "DELETED":
             cache.remove_queue(name)
         else:
             cache.upsert_queue(body)
 
     @kopf.on.event("", "v1", "pods", labels={JOB_UID_LABEL: kopf.PRESENT}, registry=registry)
-    def pod_event(type: str | None, body: Mapping[str, Any], **_: Any) -> None:
+    async def pod_event(type: str | None, body: Mapping[str, Any], **_: Any) -> None:
         if type == "DELETED":
             cache.remove_pod(body)
         else:
             cache.upsert_pod(body)
 
     @kopf.on.event("", "v1", "nodes", labels={GPU_PRODUCT_LABEL: kopf.PRESENT}, registry=registry)
-    def node_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
+    async def node_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
         labels = (body.get("metadata") or {}).get("labels") or {}
         cache.set_node_product(name, None if type == "DELETED" else labels.get(GPU_PRODUCT_LABEL))
 
     @kopf.on.event("scheduling.k8s.io", "v1", "priorityclasses", registry=registry)
-    def priority_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
+    async def priority_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
         cache.set_priority(name, None if type == "DELETED" else int(body.get("value") or 0))
 
     return registry

@@ -12,13 +12,14 @@ import contextlib
 import json
 import resource
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from bench.e2e import _kube as kube
 from bench.e2e import _procstats as procstats
@@ -35,6 +36,7 @@ from bench.e2e._workload import (
 GPUJOBS = "/apis/kubegang.io/v1alpha1/namespaces/{ns}/gpujobs"
 PODS = "/api/v1/namespaces/{ns}/pods"
 PLANNED_NODE = "kubegang.io/node"
+K = TypeVar("K", bound=Hashable)
 SCHEDULER_VERBS = ("filter", "prioritize", "preempt", "bind")
 """The extender's HTTPS verbs, the part kube-scheduler waits for on every pod (gRPC is the operator's)."""
 
@@ -111,6 +113,19 @@ def audit(target: Target, namespace: str | None = None) -> dict[str, Any]:
 
 # -- the extender's own account of its time ------------------------------------------------------
 
+def _summed(text: str, family_name: str, key: Callable[[Sample], K | None]) -> dict[K, float]:
+    """The samples of one metric family in Prometheus text, summed by ``key`` (None leaves one out)."""
+    out: dict[K, float] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != family_name:
+            continue
+        for sample in family.samples:
+            k = key(sample)
+            if k is not None:
+                out[k] = out.get(k, 0.0) + sample.value
+    return out
+
+
 def extender_verbs(cluster_dir: Path) -> dict[str, tuple[float, float]]:
     """Per verb, (seconds, requests) so far from the extender's request-duration histogram; {} when
     the stack or its metrics port is not there."""
@@ -119,18 +134,14 @@ def extender_verbs(cluster_dir: Path) -> dict[str, tuple[float, float]]:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     except (OSError, KeyError, ValueError, httpx.HTTPError):
         return {}
-    out: dict[str, tuple[float, float]] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != "kubegang_extender_request_duration_seconds":
-            continue
-        for sample in family.samples:
-            verb = sample.labels.get("verb", "")
-            total, count = out.get(verb, (0.0, 0.0))
-            if sample.name.endswith("_sum"):
-                out[verb] = (total + sample.value, count)
-            elif sample.name.endswith("_count"):
-                out[verb] = (total, count + sample.value)
-    return out
+
+    def part(sample: Sample) -> tuple[str, str] | None:
+        kind = sample.name.rsplit("_", 1)[-1]
+        return (sample.labels.get("verb", ""), kind) if kind in ("sum", "count") else None
+
+    totals = _summed(text, "kubegang_extender_request_duration_seconds", part)
+    verbs = {verb for verb, _ in totals}
+    return {v: (totals.get((v, "sum"), 0.0), totals.get((v, "count"), 0.0)) for v in verbs}
 
 
 def extender_window(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]],
@@ -156,18 +167,15 @@ def apiserver_requests(target: Target) -> dict[str, float]:
             text = c.get("/metrics").text
     except httpx.HTTPError:
         return {}
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        if family.name != "apiserver_request":
-            continue
-        for sample in family.samples:
-            if not sample.name.endswith("_total"):
-                continue
-            labels = sample.labels
-            resource = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
-            key = f"{labels.get('verb', '')} {resource}"
-            out[key] = out.get(key, 0.0) + sample.value
-    return out
+
+    def request(sample: Sample) -> str | None:
+        if not sample.name.endswith("_total"):
+            return None
+        labels = sample.labels
+        sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+        return f"{labels.get('verb', '')} {labels.get('resource', '')}{sub}"
+
+    return _summed(text, "apiserver_request", request)
 
 
 def apiserver_window(before: dict[str, float], after: dict[str, float], jobs: int, pods: int) -> dict[str, Any]:

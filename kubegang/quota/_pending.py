@@ -158,9 +158,8 @@ class PendingQueues:
     def restore(self) -> int:
         """Return every job that stepped aside to its place in its queue; how many there were."""
         restored = len(self._aside)
-        for job_id, (job, seq) in self._aside.items():
-            self._live[job_id] = (job, seq)
-            heapq.heappush(self._heaps.setdefault(job.queue, []), (-job.priority, job.created, seq, job_id))
+        for job, seq in self._aside.values():
+            self._push(job, seq)
         self._aside.clear()
         return restored
 
@@ -168,7 +167,9 @@ class PendingQueues:
         return list(self._parked.values())
 
     def _enqueue(self, job: PendingJob) -> None:
-        seq = next(self._seq)
+        self._push(job, next(self._seq))
+
+    def _push(self, job: PendingJob, seq: int) -> None:
         self._live[job.job_id] = (job, seq)
         heapq.heappush(self._heaps.setdefault(job.queue, []), (-job.priority, job.created, seq, job.job_id))
 

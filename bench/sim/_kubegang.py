@@ -152,7 +152,7 @@ class KubegangPolicy:
 
     def _try_admit(self, head: PendingJob, step: Step, no_room: list[Job]) -> _Outcome:
         job = self.jobs[head.job_id]
-        holder = head.job_id in self.backfill.holders()
+        holder = self.backfill.reservation(head.job_id) is not None
         if not holder and any(_covers(small, job) for small in no_room):
             self.backfill.blocked(job.id, self.now)
             return _Outcome.NO_ROOM  # a smaller gang found no room in this pass: neither will this one

@@ -102,11 +102,6 @@ class Backfill:
         """``job_id`` fits in quota but not on the GPUs at ``now`` (the first time counts)."""
         self._blocked_since.setdefault(job_id, now)
 
-    def blocked_for(self, job_id: str, now: float) -> float:
-        """Seconds since ``job_id`` was first blocked (0 if it is not)."""
-        since = self._blocked_since.get(job_id)
-        return 0.0 if since is None else max(0.0, now - since)
-
     def reservation_due(self, job_id: str, now: float) -> bool:
         """Whether ``job_id`` should now get a reservation (the caller finds its nodes)."""
         after = self.policy.reserve_after_seconds
@@ -129,10 +124,6 @@ class Backfill:
     def reservation(self, job_id: str) -> frozenset[str] | None:
         """The nodes reserved for ``job_id``, if it holds a reservation."""
         return self._reserved.get(job_id)
-
-    def holders(self) -> frozenset[str]:
-        """Jobs holding a reservation."""
-        return frozenset(self._reserved)
 
     def excluded_for(self, job_id: str) -> frozenset[str]:
         """Nodes ``job_id`` must not be placed on: those reserved for other jobs."""

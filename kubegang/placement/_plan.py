@@ -26,8 +26,6 @@ from kubegang.placement._fit import (
     flavour_words,
     gpu_words,
     node_reason,
-    pods_fit,
-    static_reason,
     whole_free_positions,
 )
 from kubegang.placement._fragmentation import Choice, TaskShape, logistic_value
@@ -186,43 +184,6 @@ def _single_placement(snapshot: Snapshot, gang: GangRequest, n: int, choice: Cho
         level=Level.NODE,
         domain=node.name,
         score=round(0.5 + 0.5 * logistic_value(choice.delta, 1.0), 4),
-        preferred_met=True,
-    )
-
-
-def _plan_fraction(gang: GangRequest, snapshot: Snapshot) -> PlanResult:
-    """One pod sharing a GPU: the tightest shared GPU, else a whole GPU on the fullest node."""
-    topo = snapshot.topology
-    want = gang.gpu_fraction_milli
-    key = gang.flavour
-    best: tuple[int, int, int, int] | None = None  # (free milli, whole free on node, node, position)
-    cap = snapshot.capacity.get(key)
-    for n in sorted(snapshot.partial_nodes):
-        if static_reason(topo.nodes[n], gang) is not None or not pods_fit(snapshot, n, gang):
-            continue
-        for position, free in enumerate(snapshot.gpu_milli[n]):
-            if want <= free < MILLI and key in snapshot.gpu_keys[n][position]:
-                cand = (free, cap.free[n] if cap else 0, n, position)
-                if best is None or cand < best:
-                    best = cand
-    if best is None and cap is not None:
-        for free in range(1, len(cap.by_free)):
-            for n in sorted(cap.by_free[free]):
-                if static_reason(topo.nodes[n], gang) is None and pods_fit(snapshot, n, gang):
-                    best = (MILLI, free, n, whole_free_positions(snapshot, n, gang)[0])
-                    break
-            if best is not None:
-                break
-    if best is None:
-        return _no_fraction(gang)
-    _, _, n, position = best
-    node = topo.nodes[n]
-    return Placement(
-        gang_id=gang.id,
-        assignments=(PodAssignment(0, node.name, (node.gpus[position].index,), want),),
-        level=Level.NODE,
-        domain=node.name,
-        score=_score(Level.NODE, want, best[0]),
         preferred_met=True,
     )
 

@@ -157,10 +157,12 @@ def _plan_single(gang: GangRequest, snapshot: Snapshot) -> Placement | None:
 
     index = snapshot.fragmentation
     for choice, members in index.ranked(TaskShape.of(gang)):
+        # The best node alone usually takes the pod: sort the state's nodes only when it does not.
         first = min(members, key=leaf_first)
-        order = [first] if node_reason(snapshot, first, gang) is None else sorted(members, key=leaf_first)
-        for n in order:
-            if node_reason(snapshot, n, gang) is None:
+        if node_reason(snapshot, first, gang) is None:
+            return _single_placement(snapshot, gang, first, choice)
+        for n in sorted(members, key=leaf_first):
+            if n != first and node_reason(snapshot, n, gang) is None:
                 return _single_placement(snapshot, gang, n, choice)
     return None
 

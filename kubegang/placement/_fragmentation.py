@@ -441,12 +441,11 @@ def _best_choice(model: FragmentationModel, state: tuple[GpuState, int, int], sh
         return None
     cpu_after = cpu - shape.cpu_milli
     mem_after = mem - shape.memory_mib
-    cpu_key = min(cpu_after, UNLIMITED)
     before = model.fragmentation(gpus, cpu, mem)
     total = sum(m for m, _ in gpus)
     if not shape.gpus:
         delta = model.fragmentation(gpus, cpu_after, mem_after) - before
-        return Choice((-fgd_level(delta), scale.waste(total, cpu_after), total, cpu_key), delta, 0, -1)
+        return Choice((-fgd_level(delta), scale.waste(total, cpu_after), total, cpu_after), delta, 0, -1)
     left = total - shape.gpus * shape.gpu_milli
     waste = scale.waste(left, cpu_after)
     best: Choice | None = None
@@ -458,7 +457,7 @@ def _best_choice(model: FragmentationModel, state: tuple[GpuState, int, int], sh
             continue
         delta = model.fragmentation(after, cpu_after, mem_after) - before
         # At the paper's resolution: smaller differences must not outrank best fit (module docstring).
-        key = (-fgd_level(delta), waste, left, cpu_key)
+        key = (-fgd_level(delta), waste, left, cpu_after)
         cand = Choice(key, delta, m, kind)
         if best is None or (cand.key, cand.gpu_milli) < (best.key, best.gpu_milli):
             best = cand

@@ -35,7 +35,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from bench.sim import POLICIES, GangWorkload, KubegangPolicy, RunMetrics, generate, load_cluster, simulate
+from bench.sim import POLICIES, KubegangPolicy, RunMetrics, benchmark_spec, for_cluster, load_cluster, simulate
 from bench.sim import _openb as openb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,13 +77,11 @@ def run_gangs(jobs: int, seed: int, log: list[str]) -> list[dict[str, Any]]:
     for shape in GANG_SHAPES:
         cluster = load_cluster(shape)
         for sizes in GANG_WORKLOADS:
-            # Philly jobs are ~15x smaller: 4x as many are needed before the cluster saturates.
-            spec = GangWorkload(sizes=sizes, jobs=jobs * (4 if sizes == "philly" else 1), seed=seed)
-            workload = generate(spec, cluster.gpus, cluster.topology.max_gpus_per_node, cluster.products[0])
+            spec = benchmark_spec(sizes, jobs, seed)
+            workload = for_cluster(spec, cluster)
             variants: list[tuple[str, Any, list[Any]]] = [(n, f, workload) for n, f in POLICIES.items()]
             if sizes == "kalos":
-                prio = generate(dataclasses.replace(spec, priority_share=0.2), cluster.gpus,
-                                cluster.topology.max_gpus_per_node, cluster.products[0])
+                prio = for_cluster(dataclasses.replace(spec, priority_share=0.2), cluster)
                 variants.append(("kubegang, 20% high priority", KubegangPolicy, prio))
             for name, factory, jobs_list in variants:
                 start = time.perf_counter()

@@ -18,7 +18,7 @@ from ._cluster import Cluster, load_cluster, shape_nodes
 from ._engine import Policy, RunResult, Step, simulate
 from ._kubegang import KubegangPolicy
 from ._metrics import RunMetrics, gang_request, percentile
-from ._workload import KALOS_SIZES, PHILLY_SIZES, GangWorkload, Job, generate, size_stats
+from ._workload import KALOS_SIZES, PHILLY_SIZES, GangWorkload, Job, benchmark_spec, for_cluster, generate, size_stats
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "kubegang": KubegangPolicy,
@@ -44,6 +44,8 @@ __all__ = [
     "RunResult",
     "SlurmTreeModel",
     "Step",
+    "benchmark_spec",
+    "for_cluster",
     "gang_request",
     "generate",
     "load_cluster",

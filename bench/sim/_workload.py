@@ -28,6 +28,10 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._cluster import Cluster
 
 KALOS_SIZES: dict[int, float] = {
     1: 0.55, 2: 0.05, 4: 0.05, 8: 0.12, 16: 0.07, 32: 0.05, 64: 0.04,
@@ -96,6 +100,17 @@ def size_stats(table: dict[int, float], cap: int | None = None) -> tuple[float, 
         if acc >= 0.5:
             return float(min(size, cap or size)), mean
     return float(max(table)), mean
+
+
+def for_cluster(spec: GangWorkload, cluster: Cluster) -> list[Job]:
+    """The jobs of ``spec`` on a simulator cluster (its GPUs, node size and first GPU product)."""
+    return generate(spec, cluster.gpus, cluster.topology.max_gpus_per_node, cluster.products[0])
+
+
+def benchmark_spec(sizes: str, jobs: int, seed: int) -> GangWorkload:
+    """The gang workload ``bench.run_all`` runs: Philly jobs are ~15x smaller than Kalos ones, so
+    4x as many are needed before the cluster saturates."""
+    return GangWorkload(sizes=sizes, jobs=jobs * (4 if sizes == "philly" else 1), seed=seed)
 
 
 def generate(spec: GangWorkload, cluster_gpus: int, gpus_per_node: int, product: str | None = None) -> list[Job]:

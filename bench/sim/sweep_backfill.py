@@ -32,7 +32,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.sim import Cluster, GangWorkload, KubegangPolicy, generate, load_cluster, simulate
+from bench.sim import Cluster, KubegangPolicy, benchmark_spec, for_cluster, load_cluster, simulate
 from kubegang.placement import Snapshot
 from kubegang.quota import Backfill, BackfillPolicy, QueueingStrategy
 
@@ -87,8 +87,7 @@ def variants(hours: Sequence[float], scaled: Sequence[float]) -> list[Variant]:
 def run_one(shape: str, sizes: str, seed: int, jobs: int, variant: Variant) -> dict[str, float]:
     """One simulation; the same workload and seeds as ``bench.run_all`` for this seed."""
     cluster = load_cluster(shape)
-    spec = GangWorkload(sizes=sizes, jobs=jobs * (4 if sizes == "philly" else 1), seed=seed)
-    workload = generate(spec, cluster.gpus, cluster.topology.max_gpus_per_node, cluster.products[0])
+    workload = for_cluster(benchmark_spec(sizes, jobs, seed), cluster)
     start = time.perf_counter()
     result = simulate(variant.policy(), cluster, workload, seed=seed)
     arrival = {j.id: j.arrival for j in workload}

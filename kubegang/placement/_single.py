@@ -43,6 +43,16 @@ def feasible_nodes(pod: GangRequest, snapshot: Snapshot,
 
 def node_score(pod: GangRequest, snapshot: Snapshot, node: str) -> int:
     """0..10, higher is better; 0 when the node cannot take the pod at all."""
+    return _node_score(pod, TaskShape.of(pod), snapshot, node)
+
+
+def node_scores(pod: GangRequest, snapshot: Snapshot, node_names: Iterable[str]) -> dict[str, int]:
+    """``node_score`` for each node (the prioritize verb)."""
+    shape = TaskShape.of(pod)  # once per request, not per node
+    return {name: _node_score(pod, shape, snapshot, name) for name in node_names}
+
+
+def _node_score(pod: GangRequest, shape: TaskShape, snapshot: Snapshot, node: str) -> int:
     n = snapshot.topology.node_number.get(node)
     if n is None or node_reason(snapshot, n, pod) is not None:
         return 0
@@ -56,7 +66,7 @@ def node_score(pod: GangRequest, snapshot: Snapshot, node: str) -> int:
     # Leaves with many whole free nodes are what big gangs need: steer small pods elsewhere.
     leaf_term = 1.0 - cap.full_nodes[Level.LEAF][leaf] / leaf_nodes
     # FGD: how little the pod grows the node's fragmentation, as a share of the node's GPUs.
-    choice = snapshot.fragmentation.choice(n, TaskShape.of(pod))
+    choice = snapshot.fragmentation.choice(n, shape)
     if choice is None:
         return 0
     frag_term = min(1.0, max(0.0, 0.5 - choice.delta / (2 * total)))
@@ -64,7 +74,3 @@ def node_score(pod: GangRequest, snapshot: Snapshot, node: str) -> int:
     # Feasible nodes score 1..10 (0 means "cannot"); floor keeps small differences visible.
     return 1 + min(MAX_SCORE - 1, math.floor((MAX_SCORE - 1) * value + 1e-9))
 
-
-def node_scores(pod: GangRequest, snapshot: Snapshot, node_names: Iterable[str]) -> dict[str, int]:
-    """``node_score`` for each node (the prioritize verb)."""
-    return {name: node_score(pod, snapshot, name) for name in node_names}

@@ -177,9 +177,9 @@ class Ledger:
         self._by_slot: dict[tuple[str, int], str] = {}
         """(owner, index) -> pod uid holding that slot."""
         self._unplaced: dict[str, str] = {}
+        """Pod uid -> why its GPUs could not be recorded (overcommitted node, unknown node)."""
         self._quarantined: dict[str, str] = {}
         """Node -> what was ignored and why, when its facts made the topology inconsistent."""
-        """Pod uid -> why its GPUs could not be recorded (overcommitted node, unknown node)."""
         self._topology: TopologyIndex = compile_index([], self._labels)
         self._mix = WorkloadMix()
         """The pod shapes this cluster runs (decayed), which single-pod scoring measures fragmentation
@@ -231,11 +231,7 @@ class Ledger:
         if not uid:
             return
         demand = _read_pod(obj)
-        if _waits_for_a_node(demand, obj):
-            if uid not in self._waiting:
-                self._waiting[uid] = (str(obj["metadata"].get("namespace", "")), str(obj["metadata"].get("name", "")))
-        else:
-            self._waiting.pop(uid, None)
+        self._note_waiting(uid, demand, obj)
         held = _hold(demand) if demand is not None else None
         old = self._pods.get(uid)
         if held == old:
@@ -249,6 +245,15 @@ class Ledger:
             self._by_slot[(held.owner, held.index)] = uid
             if not self._dirty:
                 self._place_pod(held)
+
+    def _note_waiting(self, uid: str, demand: PodDemand | None, obj: Mapping[str, Any]) -> None:
+        """Track ``uid`` in ``_waiting`` while it waits for a node (first sighting keeps its place)."""
+        if _waits_for_a_node(demand, obj):
+            if uid not in self._waiting:
+                meta = obj["metadata"]
+                self._waiting[uid] = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        else:
+            self._waiting.pop(uid, None)
 
     def delete_pod(self, uid: str) -> None:
         """A pod was deleted (its GPUs are free again)."""
@@ -270,9 +275,7 @@ class Ledger:
         self._pods, self._by_slot, self._waiting = {}, {}, {}
         for obj in pods:
             demand = _read_pod(obj)
-            if _waits_for_a_node(demand, obj):
-                meta = obj["metadata"]
-                self._waiting[str(meta.get("uid", ""))] = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+            self._note_waiting(str((obj.get("metadata") or {}).get("uid", "")), demand, obj)
             held = _hold(demand) if demand is not None else None
             if held is not None:
                 self._pods[held.uid] = held

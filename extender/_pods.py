@@ -9,14 +9,17 @@ it creates (see docs/extender.md, "Contract with the operator").
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TypeVar
 
 from kubegang.api import parse_quantity, whole_count
 from kubegang.extender._wire import Pod, ResourceRequirements
 from kubegang.placement import Toleration
 from kubegang.podcontract import GPU_RESOURCE, GPUS_ANNOTATION, JOB_UID_LABEL, NODE_ANNOTATION, POD_INDEX_LABEL
+
+N = TypeVar("N", int, Decimal)  # whole GPUs, or a CPU/memory quantity
 
 __all__ = ["GPUS_ANNOTATION", "GPU_RESOURCE", "JOB_UID_LABEL", "NODE_ANNOTATION", "POD_INDEX_LABEL"]
 
@@ -119,32 +122,25 @@ def _request(resources: ResourceRequirements, name: str, where: str) -> Decimal:
         raise DemandError(f"{where}.requests.{name}: {exc}") from None
 
 
-def _pod_request(pod: Pod, name: str) -> Decimal:
+def _per_pod(pod: Pod, read: Callable[[ResourceRequirements, str], N], zero: N) -> N:
     """Sum over containers, or the largest init container when larger: kube-scheduler's rule."""
     spec = pod.spec
-    total = sum((_request(c.resources, name, f"spec.containers[{i}].resources")
-                 for i, c in enumerate(spec.containers)), Decimal(0))
-    init = max((_request(c.resources, name, f"spec.initContainers[{i}].resources")
-                for i, c in enumerate(spec.init_containers)), default=Decimal(0))
+    total = sum((read(c.resources, f"spec.containers[{i}].resources") for i, c in enumerate(spec.containers)), zero)
+    init = max(
+        (read(c.resources, f"spec.initContainers[{i}].resources") for i, c in enumerate(spec.init_containers)),
+        default=zero,
+    )
     return max(total, init)
+
+
+def _pod_request(pod: Pod, name: str) -> Decimal:
+    return _per_pod(pod, lambda resources, where: _request(resources, name, where), Decimal(0))
 
 
 def pod_demand(pod: Pod) -> PodDemand:
     """Read a :class:`PodDemand`; raises :class:`DemandError` naming the bad field."""
     spec, meta = pod.spec, pod.metadata
-    total = sum(
-        _container_gpus(c.resources.limits, c.resources.requests,
-                        f"spec.containers[{i}].resources")
-        for i, c in enumerate(spec.containers)
-    )
-    init = max(
-        (
-            _container_gpus(c.resources.limits, c.resources.requests,
-                            f"spec.initContainers[{i}].resources")
-            for i, c in enumerate(spec.init_containers)
-        ),
-        default=0,
-    )
+    gpus = _per_pod(pod, lambda resources, where: _container_gpus(resources.limits, resources.requests, where), 0)
     pinned = meta.annotations.get(NODE_ANNOTATION, "").strip() or None
     index_text = meta.labels.get(POD_INDEX_LABEL, "").strip()
     if index_text and not index_text.isdigit():
@@ -161,7 +157,7 @@ def pod_demand(pod: Pod) -> PodDemand:
         uid=meta.uid,
         namespace=meta.namespace,
         name=meta.name,
-        gpus=max(total, init),
+        gpus=gpus,
         pinned_node=pinned,
         pinned_gpus=parse_gpu_indices(gpus_text),
         job_uid=meta.labels.get(JOB_UID_LABEL) or None,

@@ -87,7 +87,7 @@ class HeldPod:
     node: str
     """Node it is bound or planned to."""
     gpus: int
-    """Whole GPUs it holds."""
+    """Whole GPUs it holds (0 for a share of one GPU, see ``gpu_milli``)."""
     gpu_indices: tuple[int, ...]
     """GPU indices from ``kubegang.io/gpus``; empty when unknown (then first free ones are used)."""
     bound: bool
@@ -96,6 +96,8 @@ class HeldPod:
     """CPU it requests (millicores), counted on its node."""
     memory_mib: int = 0
     """Memory it requests (MiB), counted on its node."""
+    gpu_milli: int = MILLI
+    """Thousandths of each GPU in ``gpu_indices`` it holds (below 1000 for a shared-GPU pod)."""
 
 
 @dataclass
@@ -131,13 +133,21 @@ def _read_pod(obj: Mapping[str, Any]) -> PodDemand | None:
 
 
 def _hold(demand: PodDemand) -> HeldPod | None:
-    if demand.gpus == 0:
+    if not demand.holds_gpus:
         return None
     node = demand.node_name or demand.pinned_node
     if not node:
         return None
     owner, index = _owner_and_index(demand)
     known = demand.pinned_gpus if demand.pinned_node in (None, node) else ()
+    if demand.gpu_milli:
+        if not known:  # bound elsewhere than planned: the share's GPU is unknown, so it holds nothing
+            log.warning("pod %s: GPU share planned on %s but bound to %s; not counted", demand.key,
+                        demand.pinned_node, node)
+            return None
+        return HeldPod(uid=demand.uid, key=demand.key, owner=owner, index=index, node=node, gpus=0,
+                       gpu_indices=known, bound=bool(demand.node_name), cpu_milli=demand.cpu_milli,
+                       memory_mib=demand.memory_mib, gpu_milli=demand.gpu_milli)
     if known and len(known) != demand.gpus:
         log.warning("pod %s: %d GPU indices annotated for %d GPUs; indices ignored",
                     demand.key, len(known), demand.gpus)
@@ -240,7 +250,7 @@ class Ledger:
             self._forget_pod(old)
         if held is not None:
             if old is None:  # each pod counts once in the workload mix, when it first holds GPUs
-                self._mix.observe(TaskShape(max(held.gpus, 1), MILLI, held.cpu_milli, held.memory_mib))
+                self._mix.observe(TaskShape(max(held.gpus, 1), held.gpu_milli, held.cpu_milli, held.memory_mib))
             self._pods[uid] = held
             self._by_slot[(held.owner, held.index)] = uid
             if not self._dirty:
@@ -313,7 +323,7 @@ class Ledger:
     def filter(self, pod: PodDemand, nodes: Sequence[str]) -> FilterVerdict:
         """See :class:`SchedulerAuthority`."""
         snap = self._current()
-        if pod.gpus == 0:
+        if not pod.holds_gpus:
             return FilterVerdict(passed=list(nodes))
         if pod.pinned_node is not None:
             return self._filter_pinned(snap, pod, nodes)
@@ -661,7 +671,8 @@ class Ledger:
         info = self._topology.nodes[n]
         position = {g.index: p for p, g in enumerate(info.gpus)}
         if pod.pinned_gpus:
-            taken = [g for g in pod.pinned_gpus if g not in position or snap.gpu_milli[n][position[g]] < MILLI]
+            need = pod.gpu_milli or MILLI
+            taken = [g for g in pod.pinned_gpus if g not in position or snap.gpu_milli[n][position[g]] < need]
             if taken:
                 return f"planned GPUs {taken} on node {info.name} are held by others (reservation lapsed?)"
             return None
@@ -740,7 +751,7 @@ class Ledger:
                 raise AllocationError(f"node {held.node} has {len(free)} free GPUs; pod needs {held.gpus}")
             gpus = tuple(free[: held.gpus])
         snap.allocate(Allocation(owner=held.owner, pod=held.index, node=held.node, gpus=gpus,
-                                 cpu_milli=held.cpu_milli, memory_mib=held.memory_mib))
+                                 gpu_milli=held.gpu_milli, cpu_milli=held.cpu_milli, memory_mib=held.memory_mib))
 
     def _rebuild(self) -> None:
         """Recompile the topology and replay every hold: exact GPU indices first, guesses last."""

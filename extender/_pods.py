@@ -8,18 +8,20 @@ it creates (see docs/extender.md, "Contract with the operator").
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
-from typing import TypeVar
 
-from kubegang.api import parse_quantity, whole_count
-from kubegang.extender._wire import Pod, ResourceRequirements
-from kubegang.placement import Toleration
-from kubegang.podcontract import GPU_RESOURCE, GPUS_ANNOTATION, JOB_UID_LABEL, NODE_ANNOTATION, POD_INDEX_LABEL
-
-N = TypeVar("N", int, Decimal)  # whole GPUs, or a CPU/memory quantity
+from kubegang.api import RequestError, pod_requests
+from kubegang.extender._wire import Pod
+from kubegang.placement import MILLI, Toleration
+from kubegang.podcontract import (
+    GPU_MILLI_ANNOTATION,
+    GPU_RESOURCE,
+    GPUS_ANNOTATION,
+    JOB_UID_LABEL,
+    NODE_ANNOTATION,
+    POD_INDEX_LABEL,
+)
 
 __all__ = ["GPUS_ANNOTATION", "GPU_RESOURCE", "JOB_UID_LABEL", "NODE_ANNOTATION", "POD_INDEX_LABEL"]
 
@@ -30,16 +32,6 @@ retries them now (see ``Ledger.take_requeue``); the value is the time, for human
 
 class DemandError(ValueError):
     """A pod whose kubegang fields cannot be read; the message names the field."""
-
-
-def parse_gpu_quantity(value: str | int | float, where: str) -> int:
-    """Whole GPUs from a resource quantity; extended resources must be whole numbers."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    try:
-        return whole_count(value if isinstance(value, int | str) else str(value))
-    except ValueError as exc:
-        raise DemandError(f"{where}: {GPU_RESOURCE} {exc}") from None
 
 
 def parse_gpu_indices(text: str) -> tuple[int, ...]:
@@ -95,6 +87,14 @@ class PodDemand:
     """CPU requested, in millicores, as kube-scheduler counts it (see :func:`pod_demand`)."""
     memory_mib: int = 0
     """Memory requested, in MiB (rounded up)."""
+    gpu_milli: int = 0
+    """Thousandths of one shared GPU (annotation ``kubegang.io/gpu-milli``, set by the operator on a
+    ``gpuFraction`` pod it planned); 0 for whole-GPU pods."""
+
+    @property
+    def holds_gpus(self) -> bool:
+        """Whether the pod takes GPU capacity (whole GPUs or a planned share of one)."""
+        return self.gpus > 0 or self.gpu_milli > 0
 
     @property
     def key(self) -> str:
@@ -102,45 +102,32 @@ class PodDemand:
         return f"{self.namespace}/{self.name}"
 
 
-def _container_gpus(resources_limits: Mapping[str, str | int | float],
-                    resources_requests: Mapping[str, str | int | float], where: str) -> int:
-    raw = resources_limits.get(GPU_RESOURCE, resources_requests.get(GPU_RESOURCE))
-    return 0 if raw is None else parse_gpu_quantity(raw, where)
-
-
-def _request(resources: ResourceRequirements, name: str, where: str) -> Decimal:
-    """A container's request of ``name``; the limit stands in when only a limit is set (as the API
-    server defaults it)."""
-    raw = resources.requests.get(name, resources.limits.get(name))
-    if raw is None:
-        return Decimal(0)
-    if isinstance(raw, float):
-        raw = str(raw)
-    try:
-        return parse_quantity(raw)
-    except ValueError as exc:
-        raise DemandError(f"{where}.requests.{name}: {exc}") from None
-
-
-def _per_pod(pod: Pod, read: Callable[[ResourceRequirements, str], N], zero: N) -> N:
-    """Sum over containers, or the largest init container when larger: kube-scheduler's rule."""
-    spec = pod.spec
-    total = sum((read(c.resources, f"spec.containers[{i}].resources") for i, c in enumerate(spec.containers)), zero)
-    init = max(
-        (read(c.resources, f"spec.initContainers[{i}].resources") for i, c in enumerate(spec.init_containers)),
-        default=zero,
-    )
-    return max(total, init)
-
-
-def _pod_request(pod: Pod, name: str) -> Decimal:
-    return _per_pod(pod, lambda resources, where: _request(resources, name, where), Decimal(0))
+def _gpu_milli(text: str, gpus: int, pinned: str | None, pinned_gpus: tuple[int, ...]) -> int:
+    """The planned GPU share of a pod; a share is honoured only as kubegang plans it: pinned to a node
+    and one GPU index, without whole GPUs."""
+    text = text.strip()
+    if not text:
+        return 0
+    if not text.isdigit() or not 0 < int(text) < MILLI:
+        raise DemandError(f"annotation {GPU_MILLI_ANNOTATION}: expected thousandths of one GPU (1..999), got {text!r}")
+    if gpus or pinned is None or len(pinned_gpus) != 1:
+        raise DemandError(
+            f"annotation {GPU_MILLI_ANNOTATION}: a GPU share needs annotations {NODE_ANNOTATION} and one index in "
+            f"{GPUS_ANNOTATION}, and no {GPU_RESOURCE} request (got {gpus} GPUs, indices {list(pinned_gpus)})"
+        )
+    return int(text)
 
 
 def pod_demand(pod: Pod) -> PodDemand:
     """Read a :class:`PodDemand`; raises :class:`DemandError` naming the bad field."""
     spec, meta = pod.spec, pod.metadata
-    gpus = _per_pod(pod, lambda resources, where: _container_gpus(resources.limits, resources.requests, where), 0)
+    try:
+        requests = pod_requests(
+            ((c.resources.requests, c.resources.limits) for c in spec.containers),
+            ((c.resources.requests, c.resources.limits) for c in spec.init_containers),
+        )
+    except RequestError as exc:
+        raise DemandError(str(exc)) from None
     pinned = meta.annotations.get(NODE_ANNOTATION, "").strip() or None
     index_text = meta.labels.get(POD_INDEX_LABEL, "").strip()
     if index_text and not index_text.isdigit():
@@ -152,19 +139,21 @@ def pod_demand(pod: Pod) -> PodDemand:
                                           effect=t.effect))
         except ValueError as exc:
             raise DemandError(f"spec.tolerations[{i}]: {exc}") from None
-    gpus_text = meta.annotations.get(GPUS_ANNOTATION, "")
+    pinned_gpus = parse_gpu_indices(meta.annotations.get(GPUS_ANNOTATION, ""))
+    gpu_milli = _gpu_milli(meta.annotations.get(GPU_MILLI_ANNOTATION, ""), requests.gpus, pinned, pinned_gpus)
     return PodDemand(
         uid=meta.uid,
         namespace=meta.namespace,
         name=meta.name,
-        gpus=gpus,
+        gpus=requests.gpus,
         pinned_node=pinned,
-        pinned_gpus=parse_gpu_indices(gpus_text),
+        pinned_gpus=pinned_gpus,
         job_uid=meta.labels.get(JOB_UID_LABEL) or None,
         node_selector=dict(spec.node_selector),
         node_name=spec.node_name,
         pod_index=int(index_text) if index_text else None,
         tolerations=tuple(tolerations),
-        cpu_milli=math.ceil(_pod_request(pod, "cpu") * 1000),
-        memory_mib=math.ceil(_pod_request(pod, "memory") / (1024 * 1024)),
+        cpu_milli=requests.cpu_milli,
+        memory_mib=requests.memory_mib,
+        gpu_milli=gpu_milli,
     )

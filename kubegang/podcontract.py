@@ -21,3 +21,7 @@ POD_INDEX_LABEL = "kubegang.io/replica-index"
 """Index of the pod within its gang (0..replicas-1), matching the plan's pod index."""
 ATTEMPT_LABEL = "kubegang.io/attempt"
 """Which start of the gang the pod belongs to; a restart creates pods of a new attempt."""
+GPU_MILLI_ANNOTATION = "kubegang.io/gpu-milli"
+"""Thousandths of the one GPU in ``kubegang.io/gpus`` that a shared-GPU pod (``gpuFraction``) may use,
+e.g. ``250``; absent on whole-GPU pods. The extender counts the share on that GPU, so whole-GPU pods
+never land on it."""

@@ -35,6 +35,7 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from kubegang.api import Placement
 from kubegang.operator import _metrics as metrics
 from kubegang.operator._cache import ClusterCache
 from kubegang.operator._conditions import (
@@ -49,7 +50,6 @@ from kubegang.operator._gang_objects import DEFAULT_MASTER_PORT, build_gang
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import KubePort, PlacementPort, QuotaPort
 from kubegang.operator._status_writer import StatusWriter
-from kubegang.operator._types import GangPlacement
 
 log = logging.getLogger("kubegang.operator.admission")
 
@@ -216,7 +216,8 @@ class Admission:
     async def try_admit(self, job: JobView) -> Outcome:
         """Steps 2 to 5 for one queue head."""
         excluded = job.excluded_nodes
-        preferred = job.previous_domain
+        previous = job.placement
+        preferred = previous.domain if previous is not None else None
 
         # (2) Quota up the GPUQueue tree, for each flavour the job may use (Kueue's flavour assignment).
         with _timed("quota"):
@@ -238,7 +239,7 @@ class Admission:
 
         # (3) Plan the whole gang (first flavour that places it), take the quota, reserve the placement.
         first_refusal = ""
-        chosen: tuple[JobView, GangPlacement] | None = None
+        chosen: tuple[JobView, Placement] | None = None
         for option in fitting:
             with _timed("plan"):
                 plan = await self.placement.plan(option, excluded_nodes=excluded, preferred_domain=preferred)
@@ -278,7 +279,7 @@ class Admission:
         log.info("admitted %s: %s", job.key, message)
         return Outcome(job.key, "Admitted", message)
 
-    async def _confirm_and_create(self, job: JobView, status: dict[str, Any], placement: GangPlacement) -> None:
+    async def _confirm_and_create(self, job: JobView, status: dict[str, Any], placement: Placement) -> None:
         try:
             with _timed("record"):
                 await self.writer.write(job, status)
@@ -306,20 +307,20 @@ class Admission:
             except Exception:
                 log.exception("undoing the admission of %s failed", job.key)
 
-    def _assume_admission(self, job: JobView, placement: GangPlacement) -> tuple[JobView, dict[str, Any]]:
+    def _assume_admission(self, job: JobView, placement: Placement) -> tuple[JobView, dict[str, Any]]:
         now = self.clock()
         message = f"admitted to queue {job.queue}; creating {job.replicas} pods"
         status = transition(
             job.status, Phase.ADMITTED, "Admitted", message, now=now, observed_generation=job.generation
         )
-        status["placement"] = placement.to_status()
+        status["placement"] = placement.to_dict()
         status["admittedAt"] = now_rfc3339(now)
         status["podsCreatedAt"] = None
         status["readyReplicas"] = 0
         status["totalGPUs"] = job.total_gpus
         return self.cache.assume(job, status), status
 
-    async def create_gang(self, job: JobView, placement: GangPlacement) -> str | None:
+    async def create_gang(self, job: JobView, placement: Placement) -> str | None:
         """Step 5: create the gang's objects (idempotent); returns an error message or None.
 
         Also used by the supervisor for an admission recorded by a leader that died before step 5.

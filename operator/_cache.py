@@ -173,7 +173,7 @@ class ClusterCache:
         return [
             job
             for job in self.all_jobs()
-            if job.phase in WAITING_PHASES and not job.suspend and not self.pods.get(job.uid)
+            if job.phase in WAITING_PHASES and not job.spec.suspend and not self.pods.get(job.uid)
         ]
 
     def holding(self) -> list[JobView]:
@@ -182,4 +182,4 @@ class ClusterCache:
 
     def priority_of(self, job: JobView) -> int:
         """The job's priority value (0 without, or with an unknown, priorityClassName)."""
-        return self.priorities.get(job.priority_class or "", 0)
+        return self.priorities.get(job.spec.priority_class_name or "", 0)

@@ -1,6 +1,7 @@
 """``ExtenderPlacement``: the operator's PlacementPort over the extender's gRPC ``PlacementClient``.
 
-Translates jobs into the core's ``GangRequest`` and core placements into ``GangPlacement``. An
+Translates jobs into the core's ``GangRequest`` and the placements the extender returns into the API's
+``Placement`` (what ``status.placement`` records): the one conversion, at the gRPC edge. An
 unreachable or refusing extender is an answer ("waiting for the extender: ..."), never an exception
 that would stop the admission cycle.
 """
@@ -12,11 +13,13 @@ from collections.abc import Sequence
 
 import grpc
 
+from kubegang.api import Placement, ReplicaPlacement
 from kubegang.extender.client import PlacementClient
 from kubegang.levels import Level
 from kubegang.operator._job import JobView
-from kubegang.operator._types import GangPlacement, PlanResult, PodSlot, Verdict
-from kubegang.placement import GangRequest, Placement
+from kubegang.operator._types import PlanResult, Verdict
+from kubegang.placement import MILLI, GangRequest
+from kubegang.placement import Placement as CorePlacement
 
 log = logging.getLogger("kubegang.operator.placement")
 
@@ -28,23 +31,29 @@ def gang_request(job: JobView, excluded_nodes: frozenset[str] = frozenset()) -> 
         id=job.uid,
         pods=job.replicas,
         gpus_per_pod=job.gpus_per_replica,
-        cpu_milli=job.cpu_milli,
-        memory_mib=job.memory_mib,
+        gpu_fraction_milli=job.gpu_milli,
+        cpu_milli=job.pod.cpu_milli,
+        memory_mib=job.pod.memory_mib,
         gpu_product=job.gpu_product,
         node_selector=dict(pod_spec.get("nodeSelector") or {}),
         tolerations=job.tolerations,
         excluded_nodes=excluded_nodes,
-        required_level=Level.parse(job.required_level) if job.required_level else None,
-        preferred_level=Level.parse(job.preferred_level) if job.preferred_level else None,
+        required_level=Level.parse(job.spec.topology.required) if job.spec.topology.required else None,
+        preferred_level=Level.parse(job.spec.topology.preferred) if job.spec.topology.preferred else None,
     )
 
 
-def to_gang_placement(placement: Placement) -> GangPlacement:
-    """The operator's form of a core placement."""
-    return GangPlacement(
-        slots=tuple(PodSlot(a.pod, a.node, tuple(a.gpus)) for a in placement.assignments),
-        domain=placement.domain,
+def api_placement(placement: CorePlacement) -> Placement:
+    """The API form (``status.placement``) of a placement the extender returned."""
+    return Placement(
         level=placement.level.label,
+        domain=placement.domain,
+        pods=[
+            ReplicaPlacement(
+                index=a.pod, node=a.node, gpus=list(a.gpus), gpu_milli=a.gpu_milli if a.gpu_milli < MILLI else None
+            )
+            for a in sorted(placement.assignments, key=lambda a: a.pod)
+        ],
     )
 
 
@@ -54,7 +63,7 @@ class ExtenderPlacement:
     def __init__(self, client: PlacementClient, *, reservation_ttl_seconds: int = 120) -> None:
         self.client = client
         self.reservation_ttl_seconds = reservation_ttl_seconds
-        self._planned: dict[str, tuple[GangRequest, Placement]] = {}
+        self._planned: dict[str, tuple[GangRequest, CorePlacement]] = {}
 
     async def plan(self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None) -> PlanResult:
         # The gRPC request has no preferred domain yet; the narrowest-first search usually lands a
@@ -65,12 +74,12 @@ class ExtenderPlacement:
             result = await self.client.plan(gang, namespace=job.namespace, name=job.name)
         except grpc.aio.AioRpcError as exc:
             return PlanResult(None, f"extender unavailable ({exc.code().name}): {exc.details()}")
-        if isinstance(result, Placement):
+        if isinstance(result, CorePlacement):
             self._planned[job.uid] = (gang, result)
-            return PlanResult(to_gang_placement(result))
+            return PlanResult(api_placement(result))
         return PlanResult(None, result.reason)
 
-    async def reserve(self, job: JobView, placement: GangPlacement) -> Verdict:
+    async def reserve(self, job: JobView, placement: Placement) -> Verdict:
         gang, planned = self._planned.pop(job.uid, (gang_request(job), None))
         try:
             outcome = await self.client.reserve(
@@ -78,9 +87,9 @@ class ExtenderPlacement:
             )
         except grpc.aio.AioRpcError as exc:
             return Verdict(False, f"extender unavailable ({exc.code().name}): {exc.details()}")
-        if not isinstance(outcome.result, Placement):
+        if not isinstance(outcome.result, CorePlacement):
             return Verdict(False, outcome.result.reason)
-        if to_gang_placement(outcome.result).slots != placement.slots:
+        if api_placement(outcome.result).pods != placement.pods:
             # The extender re-planned (the plan went stale); the recorded placement must be what is held.
             await self.release(job.uid)
             return Verdict(False, "the planned GPUs were taken before they could be reserved")
@@ -102,6 +111,6 @@ class ExtenderPlacement:
         except grpc.aio.AioRpcError as exc:
             log.error("WhatIf for %s failed: %s", job.key, exc.details())
             return None
-        if not isinstance(outcome.result, Placement):
+        if not isinstance(outcome.result, CorePlacement):
             return None
         return list(outcome.victims)  # empty: placeable without evicting anyone

@@ -7,15 +7,15 @@ the same names, and AlreadyExists means the work was already done.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from kubegang.operator._job import JobView
-from kubegang.operator._types import GangPlacement, PodSlot
+from kubegang.api import Placement, ReplicaPlacement
+from kubegang.operator._job import JobView, with_gpu_limit
 from kubegang.podcontract import (
     ATTEMPT_LABEL,
+    GPU_MILLI_ANNOTATION,
     GPUS_ANNOTATION,
     JOB_NAME_LABEL,
     JOB_UID_LABEL,
@@ -83,7 +83,7 @@ def framework_env(job: JobView, index: int, master_port: int = DEFAULT_MASTER_PO
         {"name": "KUBEGANG_REPLICA_INDEX", "value": str(index)},
         {"name": "KUBEGANG_REPLICAS", "value": str(job.replicas)},
     ]
-    if job.framework == "torchrun":
+    if job.spec.framework == "torchrun":
         env += [
             {"name": "MASTER_ADDR", "value": pod_dns_name(job, 0)},
             {"name": "MASTER_PORT", "value": str(master_port)},
@@ -93,7 +93,7 @@ def framework_env(job: JobView, index: int, master_port: int = DEFAULT_MASTER_PO
             {"name": "NNODES", "value": str(job.replicas)},
             {"name": "NPROC_PER_NODE", "value": str(max(job.gpus_per_replica, 1))},
         ]
-    elif job.framework == "mpi":
+    elif job.spec.framework == "mpi":
         hostfile = f"{HOSTFILE_DIR}/{HOSTFILE_KEY}"
         env += [
             {"name": "OMPI_MCA_orte_default_hostfile", "value": hostfile},
@@ -128,11 +128,37 @@ def _pin_to_node(spec: dict[str, Any], node: str) -> None:
     required["nodeSelectorTerms"] = terms
 
 
-def build_pod(job: JobView, slot: PodSlot, *, master_port: int = DEFAULT_MASTER_PORT) -> dict[str, Any]:
-    """The pod for replica ``slot.index`` of ``job``, pinned to ``slot.node``."""
+def _share_gpu(spec: dict[str, Any], slot: ReplicaPlacement, milli: int, shared_resource: str | None) -> None:
+    """Give a shared-GPU pod what a node needs to honour its share: the device it may see and, with
+    the device plugin's sharing mode configured, one replica of its shared resource."""
+    visible = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(str(g) for g in slot.gpus)},
+               {"name": "KUBEGANG_GPU_MILLI", "value": str(milli)}]
+    for index, container in enumerate(spec.get("containers") or []):
+        container["env"] = _merge_env(list(container.get("env") or []), visible)
+        if shared_resource and index == 0:
+            resources = container.setdefault("resources", {})
+            for key in ("limits", "requests"):
+                resources[key] = {**(resources.get(key) or {}), shared_resource: 1}
+
+
+def build_pod(
+    job: JobView,
+    slot: ReplicaPlacement,
+    *,
+    master_port: int = DEFAULT_MASTER_PORT,
+    shared_gpu_resource: str | None = None,
+) -> dict[str, Any]:
+    """The pod for replica ``slot.index`` of ``job``, pinned to ``slot.node``.
+
+    ``gpusPerReplica`` becomes the first container's ``nvidia.com/gpu`` limit, so the pod carries the
+    GPUs that were planned and charged for it. A shared-GPU pod (``gpuFraction``) gets the GPU index and
+    share as annotations (the extender counts the share on that GPU), ``NVIDIA_VISIBLE_DEVICES``, and
+    ``shared_gpu_resource`` (e.g. ``nvidia.com/gpu.shared`` of the device plugin's time-slicing mode)
+    when the cluster has one.
+    """
     template: Mapping[str, Any] = job.template
     meta_t = template.get("metadata") or {}
-    spec: dict[str, Any] = copy.deepcopy(dict(template.get("spec") or {}))
+    spec = with_gpu_limit(template.get("spec") or {}, job.spec.gpus_per_replica)
     labels = {
         **(meta_t.get("labels") or {}),
         **job_labels(job),
@@ -142,19 +168,22 @@ def build_pod(job: JobView, slot: PodSlot, *, master_port: int = DEFAULT_MASTER_
     annotations = {**(meta_t.get("annotations") or {}), NODE_ANNOTATION: slot.node}
     if slot.gpus:
         annotations[GPUS_ANNOTATION] = ",".join(str(g) for g in slot.gpus)
+    if job.gpu_milli:
+        annotations[GPU_MILLI_ANNOTATION] = str(job.gpu_milli)
+        _share_gpu(spec, slot, job.gpu_milli, shared_gpu_resource)
     spec["schedulerName"] = SCHEDULER_NAME
     spec["restartPolicy"] = "Never"
-    if job.priority_class:
-        spec["priorityClassName"] = job.priority_class
+    if job.spec.priority_class_name:
+        spec["priorityClassName"] = job.spec.priority_class_name
     _pin_to_node(spec, slot.node)
-    if job.framework in ("torchrun", "mpi"):
+    if job.spec.framework in ("torchrun", "mpi"):
         spec["hostname"] = pod_name(job, slot.index)
         spec["subdomain"] = job.name
     env = framework_env(job, slot.index, master_port)
     for key in ("containers", "initContainers"):
         for container in spec.get(key) or []:
             container["env"] = _merge_env(list(container.get("env") or []), env)
-    if job.framework == "mpi":
+    if job.spec.framework == "mpi":
         volumes = spec.setdefault("volumes", [])
         volumes.append({"name": "kubegang-hostfile", "configMap": {"name": hostfile_config_map_name(job)}})
         for container in spec.get("containers") or []:
@@ -217,15 +246,24 @@ def build_config_map(job: JobView) -> dict[str, Any]:
     }
 
 
-def build_gang(job: JobView, placement: GangPlacement, *, master_port: int = DEFAULT_MASTER_PORT) -> GangObjects:
+def build_gang(
+    job: JobView,
+    placement: Placement,
+    *,
+    master_port: int = DEFAULT_MASTER_PORT,
+    shared_gpu_resource: str | None = None,
+) -> GangObjects:
     """Every object of ``job``'s gang for ``placement``; ValueError if the placement does not cover it."""
-    indices = sorted(slot.index for slot in placement.slots)
+    indices = sorted(slot.index for slot in placement.pods)
     if indices != list(range(job.replicas)):
         raise ValueError(f"placement for {job.key} covers replicas {indices}, expected 0..{job.replicas - 1}")
-    pods = tuple(build_pod(job, slot, master_port=master_port) for slot in placement.slots)
-    needs_dns = job.framework in ("torchrun", "mpi")
+    pods = tuple(
+        build_pod(job, slot, master_port=master_port, shared_gpu_resource=shared_gpu_resource)
+        for slot in sorted(placement.pods, key=lambda slot: slot.index)
+    )
+    needs_dns = job.spec.framework in ("torchrun", "mpi")
     return GangObjects(
         pods=pods,
         service=build_service(job, master_port=master_port) if needs_dns else None,
-        config_map=build_config_map(job) if job.framework == "mpi" else None,
+        config_map=build_config_map(job) if job.spec.framework == "mpi" else None,
     )

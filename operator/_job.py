@@ -1,21 +1,30 @@
 """The operator's read-only view of one GPUJob.
 
-The spec is parsed by the API model (``kubegang.api.GPUJob``, the same rules as the CRD schema), so
+The spec is the API model (``kubegang.api.GPUJobSpec``, the same rules as the CRD schema), so
 defaults and GPU counting are defined once. Status is kept as the raw mapping the API returned: the
-operator writes it, and reads back only the fields it wrote.
+operator writes it as merge patches, and reads back only the fields it wrote (``placement`` through
+the API's ``Placement`` model).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
 import pydantic
 
-from kubegang.api import GPUJob, parse_quantity
+from kubegang.api import (
+    GPU_RESOURCE,
+    GPUJob,
+    GPUJobSpec,
+    Placement,
+    PodRequests,
+    RequestError,
+    pod_spec_requests,
+)
 from kubegang.operator._conditions import Phase
 from kubegang.placement import Toleration
 
@@ -26,7 +35,12 @@ class JobSpecError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class JobView:
-    """What the operator reads from a GPUJob object (spec, identity and status)."""
+    """What the operator reads from a GPUJob object: its identity, the typed spec and the status.
+
+    The spec is the API model itself (``GPUJobSpec``, the same rules as the CRD schema), never a copy
+    of its fields, so a field the API gains is one the operator has. The properties below only name
+    what the operator asks most often.
+    """
 
     name: str
     """metadata.name; pods are named ``<name>-<index>``."""
@@ -38,45 +52,23 @@ class JobView:
     """metadata.generation, echoed as status.observedGeneration."""
     created: dt.datetime
     """metadata.creationTimestamp; FIFO order among equals and queue wait time."""
-    replicas: int
-    """spec.replicas: pods in the gang."""
-    gpus_per_replica: int
-    """Whole GPUs each pod gets (spec.gpusPerReplica, or the template's nvidia.com/gpu limit)."""
-    gpu_product: str | None
-    """spec.gpuProduct: the GPU model, which is also the job's quota flavour."""
-    template: Mapping[str, Any]
-    """spec.template: the per-replica pod template."""
-    queue: str
-    """spec.queue: the leaf GPUQueue the job enters."""
-    priority_class: str | None
-    """spec.priorityClassName, copied onto every pod."""
-    priority: int | None
-    """spec.priority: overrides the PriorityClass value for queueing and preemption."""
-    framework: str
-    """spec.framework: none, torchrun or mpi."""
-    required_level: str | None
-    """spec.topology.required."""
-    preferred_level: str | None
-    """spec.topology.preferred."""
-    restart_limit: int
-    """spec.restartLimit: whole-gang restarts allowed after a pod fails."""
-    gang_timeout_seconds: int
-    """spec.gangTimeoutSeconds: time from pod creation until every pod must be bound."""
-    suspend: bool
-    """spec.suspend: a suspended job holds nothing."""
-    ttl_seconds_after_finished: int | None
-    """spec.ttlSecondsAfterFinished: delete the finished job after this long."""
+    spec: GPUJobSpec
+    """The job's spec, as the API model parsed it."""
     status: Mapping[str, Any]
-    """status as last seen (phase, conditions, admission, restarts)."""
-    cpu_milli: int = 0
-    """CPU one pod requests, in millicores (containers summed, the largest init container if more)."""
-    memory_mib: int = 0
-    """Memory one pod requests, in MiB (same rule as ``cpu_milli``)."""
+    """status as last seen (phase, conditions, admission, restarts): the operator writes it as merge
+    patches and reads back the fields it wrote."""
+    template: Mapping[str, Any]
+    """spec.template as the pods are built from it (unknown fields included), dumped once per spec."""
+    pod: PodRequests
+    """What each pod of the gang asks for, counted by the one rule (:func:`kubegang.api.pod_requests`)
+    over the pod as the operator builds it (``gpusPerReplica`` included)."""
     tolerations: tuple[Toleration, ...] = ()
     """The template's tolerations: placement must see the tainted GPU nodes the pods may use."""
     flavor: str | None = None
     """The quota flavour assigned for this admission attempt (Kueue's flavour assignment); None on
     the view read from the API, set on the views ``QuotaPort.flavor_options`` returns."""
+    flavor_product: str | None = None
+    """The GPU product placement must use because the assigned flavour is one (None: ``spec.gpuProduct``)."""
 
     @property
     def key(self) -> str:
@@ -84,8 +76,33 @@ class JobView:
         return f"{self.namespace}/{self.name}"
 
     @property
+    def replicas(self) -> int:
+        """spec.replicas: pods in the gang."""
+        return self.spec.replicas
+
+    @property
+    def queue(self) -> str:
+        """spec.queue: the leaf GPUQueue the job enters."""
+        return self.spec.queue
+
+    @property
+    def gpu_product(self) -> str | None:
+        """The GPU product the gang must be placed on (its flavour's, or spec.gpuProduct)."""
+        return self.flavor_product or self.spec.gpu_product
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """Whole GPUs each pod gets (0 for a shared-GPU pod)."""
+        return self.pod.gpus
+
+    @property
+    def gpu_milli(self) -> int:
+        """spec.gpuFraction: thousandths of one shared GPU (0 for whole-GPU jobs)."""
+        return self.spec.gpu_fraction or 0
+
+    @property
     def total_gpus(self) -> int:
-        """GPUs the whole gang needs."""
+        """Whole GPUs the whole gang needs."""
         return self.replicas * self.gpus_per_replica
 
     @property
@@ -122,10 +139,15 @@ class JobView:
         return frozenset(self.status.get("excludedNodes") or ())
 
     @property
-    def previous_domain(self) -> str | None:
-        """status.placement.domain: where the gang last ran (preferred again after a restart)."""
-        placement = self.status.get("placement")
-        return placement.get("domain") if isinstance(placement, Mapping) else None
+    def placement(self) -> Placement | None:
+        """status.placement, parsed (the one place that reads it); None when absent or malformed."""
+        raw = self.status.get("placement")
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            return Placement.model_validate(raw)
+        except pydantic.ValidationError:
+            return None
 
 
 def job_view(body: Mapping[str, Any]) -> JobView:
@@ -141,75 +163,42 @@ def job_view(body: Mapping[str, Any]) -> JobView:
     for field in ("name", "namespace", "uid"):
         if not getattr(meta, field):
             raise JobSpecError(f"metadata.{field} is required")
-    raw_spec = body.get("spec") or {}
-    template = raw_spec.get("template") or {}
+    template = spec.template.as_dict()
     pod_spec = template.get("spec") or {}
-    cpu_milli, memory_mib = pod_requests(pod_spec)
+    try:
+        requests = pod_spec_requests(with_gpu_limit(pod_spec, spec.gpus_per_replica), where="spec.template.spec")
+    except RequestError as exc:
+        raise JobSpecError(str(exc)) from None
     return JobView(
         name=str(meta.name),
         namespace=str(meta.namespace),
         uid=str(meta.uid),
         generation=int(meta.generation or 1),
         created=meta.creation_timestamp or dt.datetime.now(dt.UTC),
-        replicas=spec.replicas,
-        gpus_per_replica=spec.whole_gpus_per_replica(),
-        gpu_product=spec.gpu_product,
-        template=template,
-        queue=spec.queue,
-        priority_class=spec.priority_class_name,
-        priority=spec.priority,
-        framework=spec.framework,
-        required_level=spec.topology.required,
-        preferred_level=spec.topology.preferred,
-        restart_limit=spec.restart_limit,
-        gang_timeout_seconds=spec.gang_timeout_seconds,
-        suspend=spec.suspend,
-        ttl_seconds_after_finished=spec.ttl_seconds_after_finished,
+        spec=spec,
         status=body.get("status") or {},
-        cpu_milli=cpu_milli,
-        memory_mib=memory_mib,
+        template=template,
+        pod=requests,
         tolerations=tolerations_of(pod_spec),
     )
 
 
-_MIB = 1 << 20
+def with_gpu_limit(pod_spec: Mapping[str, Any], gpus: int | None) -> dict[str, Any]:
+    """``pod_spec`` with ``spec.gpusPerReplica`` written as the first container's GPU limit and request.
 
-
-def _request(container: Mapping[str, Any], resource: str, where: str) -> Decimal:
-    resources = container.get("resources") or {}
-    # Kubernetes defaults a missing request to the limit; a pod with neither asks for nothing.
-    raw = (resources.get("requests") or {}).get(resource, (resources.get("limits") or {}).get(resource))
-    if raw is None:
-        return Decimal(0)
-    try:
-        value = parse_quantity(raw if isinstance(raw, int | str) else str(raw))
-    except ValueError as exc:
-        raise JobSpecError(f"{where}.resources.requests.{resource}: {exc}") from None
-    if value < 0:
-        raise JobSpecError(f"{where}.resources.requests.{resource}: must not be negative, got {raw!r}")
-    return value
-
-
-def pod_requests(pod_spec: Mapping[str, Any]) -> tuple[int, int]:
-    """(CPU millicores, memory MiB) one pod requests, with kube-scheduler's rule: the sum over
-    containers, or the largest init container when that is more. Rounded up, so placement never
-    counts a pod smaller than kube-scheduler will."""
-    totals = []
-    for resource, unit in (("cpu", Decimal("0.001")), ("memory", Decimal(_MIB))):
-        spec = "spec.template.spec"
-        running = sum(
-            (_request(c, resource, f"{spec}.containers[{i}]") for i, c in enumerate(pod_spec.get("containers") or ())),
-            Decimal(0),
-        )
-        init = max(
-            (
-                _request(c, resource, f"{spec}.initContainers[{i}]")
-                for i, c in enumerate(pod_spec.get("initContainers") or ())
-            ),
-            default=Decimal(0),
-        )
-        totals.append(int(-(-max(running, init) // unit)))
-    return totals[0], totals[1]
+    The schema refuses a template that sets a GPU limit of its own together with ``gpusPerReplica``,
+    so this never overrides what the user wrote. The pod builder and the gang request both use it, so
+    the pods carry exactly the GPUs that were planned and charged.
+    """
+    spec = copy.deepcopy(dict(pod_spec))
+    if gpus is None:
+        return spec
+    containers = spec.get("containers") or []
+    if containers:
+        resources = containers[0].setdefault("resources", {})
+        for key in ("limits", "requests"):
+            resources[key] = {**(resources.get(key) or {}), GPU_RESOURCE: gpus}
+    return spec
 
 
 def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:

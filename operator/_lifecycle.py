@@ -150,7 +150,7 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
     stale = tuple(sorted(p.name for p in pods if p.attempt != job.attempt and not p.deleting))
     holds = phase in (Phase.ADMITTED, Phase.RUNNING)
 
-    if job.suspend and (holds or phase in (Phase.QUEUED, Phase.PENDING, Phase.UNSCHEDULABLE)):
+    if job.spec.suspend and (holds or phase in (Phase.QUEUED, Phase.PENDING, Phase.UNSCHEDULABLE)):
         return Decision(
             Action.SUSPEND,
             "Suspended",
@@ -158,18 +158,18 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
             stale_pods=stale,
         )
 
-    if phase is Phase.SUSPENDED and not job.suspend:
+    if phase is Phase.SUSPENDED and not job.spec.suspend:
         return Decision(Action.RESUME, "Resumed", "spec.suspend is false: back in queue " + job.queue)
 
     if phase in FINISHED_PHASES:
         finished = _timestamp(job.status, "finishedAt")
-        if job.ttl_seconds_after_finished is not None and finished is not None:
-            left = (finished - now).total_seconds() + job.ttl_seconds_after_finished
+        if job.spec.ttl_seconds_after_finished is not None and finished is not None:
+            left = (finished - now).total_seconds() + job.spec.ttl_seconds_after_finished
             if left <= 0:
                 return Decision(
                     Action.EXPIRE,
                     "TTLExpired",
-                    f"ttlSecondsAfterFinished ({job.ttl_seconds_after_finished}s) elapsed",
+                    f"ttlSecondsAfterFinished ({job.spec.ttl_seconds_after_finished}s) elapsed",
                 )
             return Decision(Action.NONE, recheck_after=left)
         return Decision(Action.NONE)
@@ -193,18 +193,18 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
     else:
         failed_msg = ""
     if failed_msg:
-        if job.restarts >= job.restart_limit:
+        if job.restarts >= job.spec.restart_limit:
             return Decision(
                 Action.FAIL,
                 "RestartLimitReached",
-                f"restartLimit {job.restart_limit} reached: {failed_msg}",
+                f"restartLimit {job.spec.restart_limit} reached: {failed_msg}",
                 ready=ready,
                 stale_pods=stale,
             )
         return Decision(
             Action.RESTART,
             "GangRestarting",
-            f"{failed_msg}; restarting the whole gang ({job.restarts + 1} of {job.restart_limit})",
+            f"{failed_msg}; restarting the whole gang ({job.restarts + 1} of {job.spec.restart_limit})",
             ready=ready,
             stale_pods=stale,
         )
@@ -214,7 +214,7 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
 
     unbound = [p for p in current.values() if not p.bound_node]
     if created is not None and (unbound or missing):
-        left = (created - now).total_seconds() + job.gang_timeout_seconds
+        left = (created - now).total_seconds() + job.spec.gang_timeout_seconds
         if left <= 0:
             nodes = frozenset(p.planned_node for p in unbound if p.planned_node)
             names = ", ".join(sorted(nodes)) or "none"
@@ -222,7 +222,7 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
                 Action.TIMEOUT,
                 "GangTimeout",
                 f"{len(unbound) + len(missing)} of {job.replicas} pods not bound within gangTimeoutSeconds "
-                f"({job.gang_timeout_seconds}s); requeued with nodes excluded: {names}",
+                f"({job.spec.gang_timeout_seconds}s); requeued with nodes excluded: {names}",
                 ready=ready,
                 excluded_nodes=nodes,
                 stale_pods=stale,

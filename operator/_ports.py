@@ -11,8 +11,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from kubegang.api import Placement
 from kubegang.operator._job import JobView
-from kubegang.operator._types import GangPlacement, PlanResult, Verdict
+from kubegang.operator._types import PlanResult, Verdict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +89,7 @@ class PlacementPort(Protocol):
         """A placement for the whole gang now, or the reason there is none."""
         ...
 
-    async def reserve(self, job: JobView, placement: GangPlacement) -> Verdict:
+    async def reserve(self, job: JobView, placement: Placement) -> Verdict:
         """Hold ``placement`` for ``job`` (keyed by UID, TTL-bound until its pods exist)."""
         ...
 

@@ -144,7 +144,7 @@ class QuotaBook:
             return [dataclasses.replace(job, flavor=job.gpu_product)]
         products = set(self.node_products().values())
         return [
-            dataclasses.replace(job, flavor=f, gpu_product=f if f in products else None)
+            dataclasses.replace(job, flavor=f, flavor_product=f if f in products else None)
             for f in self.path_flavors(job.queue)
         ]
 
@@ -172,9 +172,9 @@ class QuotaBook:
 
     def priority(self, job: JobView) -> int:
         """Explicit spec.priority, else the PriorityClass value, else the queue's default."""
-        if job.priority is not None:
-            return job.priority
-        if job.priority_class:
+        if job.spec.priority is not None:
+            return job.spec.priority
+        if job.spec.priority_class_name:
             return self.priority_of(job)
         return self._queue_priority.get(job.queue, 0)
 
@@ -282,13 +282,9 @@ def _listed(quotas: Iterable[Mapping[str, object]]) -> list[str]:
 
 
 def _placed_products(job: JobView, node_products: Mapping[str, str]) -> set[str]:
-    placement = job.status.get("placement")
-    pods = placement.get("pods") if isinstance(placement, Mapping) else None
-    return {
-        node_products[str(pod.get("node"))]
-        for pod in pods or ()
-        if isinstance(pod, Mapping) and str(pod.get("node")) in node_products
-    }
+    placement = job.placement
+    nodes = placement.nodes if placement is not None else frozenset()
+    return {node_products[node] for node in nodes if node in node_products}
 
 
 def _verdict(decision: Decision) -> Verdict:

@@ -16,7 +16,6 @@ from kubegang.operator._admission import Admission, requeue_patch
 from kubegang.operator._conditions import Phase, now_rfc3339, transition
 from kubegang.operator._job import JobView
 from kubegang.operator._lifecycle import Action, Decision, decide
-from kubegang.operator._types import GangPlacement
 
 log = logging.getLogger("kubegang.operator.supervisor")
 
@@ -92,12 +91,12 @@ class Supervisor:
     async def _progress(self, job: JobView, decision: Decision) -> None:
         if job.phase is Phase.ADMITTED and job.admitted_at and not job.status.get("podsCreatedAt"):
             current = [p for p in self.cache.pods_of(job.uid) if p.attempt == job.attempt and not p.deleting]
-            placement_raw = job.status.get("placement")
-            if placement_raw and len(current) < job.replicas:
+            placement = job.placement
+            if placement is not None and len(current) < job.replicas:
                 # Recorded by a leader that died during step 5: create what is missing (names are
                 # deterministic and AlreadyExists is success, so nothing is duplicated).
                 log.info("finishing the admission of %s (%d of %d pods seen)", job.key, len(current), job.replicas)
-                error = await self.admission.create_gang(job, GangPlacement.from_status(placement_raw))
+                error = await self.admission.create_gang(job, placement)
                 if error:
                     log.error("could not create the gang of %s: %s", job.key, error)
                 return

@@ -29,9 +29,10 @@ from kubegang.api._gpuqueue import (
     PreemptionPolicy,
 )
 from kubegang.api._levels import LEVEL_NAMES
-from kubegang.api._podtemplate import GPU_RESOURCE, Container, PodSpec, PodTemplateSpec, ResourceRequirements
+from kubegang.api._podtemplate import Container, PodSpec, PodTemplateSpec, ResourceRequirements
 from kubegang.api._quantity import parse_quantity, whole_count
 from kubegang.api._registry import KINDS, UnknownKindError, kind_model, parse_manifest
+from kubegang.api._requests import GPU_RESOURCE, PodRequests, RequestError, pod_requests, pod_spec_requests
 from kubegang.api._resource import KindInfo, PrinterColumn, Resource
 from kubegang.api._schema import SchemaError, structural
 
@@ -58,11 +59,13 @@ __all__ = [
     "KindInfo",
     "ObjectMeta",
     "Placement",
+    "PodRequests",
     "PodSpec",
     "PodTemplateSpec",
     "PreemptionPolicy",
     "PrinterColumn",
     "ReplicaPlacement",
+    "RequestError",
     "Resource",
     "ResourceRequirements",
     "SchemaError",
@@ -74,6 +77,8 @@ __all__ = [
     "openapi_schema",
     "parse_manifest",
     "parse_quantity",
+    "pod_requests",
+    "pod_spec_requests",
     "structural",
     "whole_count",
 ]

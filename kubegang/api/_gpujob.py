@@ -23,7 +23,8 @@ from kubegang.api._common import (
     cel_rules,
 )
 from kubegang.api._levels import CEL_LEVEL_RANK, LEVEL_ORDER, LevelName, rank
-from kubegang.api._podtemplate import GPU_RESOURCE, HAS_TEMPLATE_GPU_LIMIT, PodTemplateSpec
+from kubegang.api._podtemplate import HAS_TEMPLATE_GPU_LIMIT, PodTemplateSpec
+from kubegang.api._requests import GPU_RESOURCE
 from kubegang.api._resource import KindInfo, PrinterColumn, Resource
 
 Framework = Literal["none", "torchrun", "mpi"]
@@ -166,7 +167,7 @@ class GPUJobSpec(ApiModel):
         if self.gpu_fraction is not None and self.gpus_per_replica is not None:
             raise ValueError(_ONE_OF)
         explicit = self.gpus_per_replica is not None or self.gpu_fraction is not None
-        if explicit and self.template.gpus() is not None:
+        if explicit and self.template.sets_gpus():
             raise ValueError(_COUNT_ONCE)
         return self
 
@@ -174,7 +175,7 @@ class GPUJobSpec(ApiModel):
         """Whole GPUs each replica gets (0 for a fractional or CPU-only job)."""
         if self.gpus_per_replica is not None:
             return self.gpus_per_replica
-        return self.template.gpus() or 0
+        return self.template.requests().gpus
 
     def gpu_milli_per_replica(self) -> int:
         """GPU demand of one replica in thousandths of a GPU."""
@@ -196,6 +197,8 @@ class ReplicaPlacement(ApiModel):
     """Node the replica is pinned to."""
     gpus: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list, max_length=64)
     """GPU indices on that node, when known."""
+    gpu_milli: int | None = Field(default=None, ge=1, le=999, strict=True)
+    """For a shared-GPU job (``gpuFraction``): the thousandths of the one GPU in ``gpus`` it holds."""
 
 
 class Placement(ApiModel):
@@ -207,6 +210,11 @@ class Placement(ApiModel):
     """That domain's name (preferred again when the gang restarts)."""
     pods: list[ReplicaPlacement] = Field(default_factory=list)
     """One entry per replica, by index."""
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        """Every node the gang uses."""
+        return frozenset(pod.node for pod in self.pods)
 
 
 class GPUJobStatus(ApiModel):

@@ -15,9 +15,7 @@ from pydantic import Field, StrictInt, StrictStr, field_validator
 
 from kubegang.api._common import OpenModel, cel, cel_rules
 from kubegang.api._quantity import whole_count
-
-GPU_RESOURCE = "nvidia.com/gpu"
-"""The extended resource name of a whole NVIDIA GPU (device plugin)."""
+from kubegang.api._requests import GPU_RESOURCE, PodRequests, pod_spec_requests
 
 QuantityValue: TypeAlias = StrictInt | Annotated[StrictStr, Field(max_length=64)]
 """A resource quantity as written in a manifest: ``8`` or ``"8"``, ``"500m"``, ``"1Gi"``."""
@@ -82,10 +80,13 @@ class PodTemplateSpec(OpenModel):
     spec: PodSpec
     """The pod spec."""
 
-    def gpus(self) -> int | None:
-        """GPUs one pod asks for (the sum of its containers' limits), or None when none asks."""
-        counts = [n for c in self.spec.containers if c.resources is not None and (n := c.resources.gpus()) is not None]
-        return sum(counts) if counts else None
+    def sets_gpus(self) -> bool:
+        """Whether some container names an ``nvidia.com/gpu`` limit (the count is then given here)."""
+        return any(c.resources is not None and c.resources.gpus() is not None for c in self.spec.containers)
+
+    def requests(self) -> PodRequests:
+        """What one pod of this template asks for (:func:`kubegang.api.pod_requests`, the one rule)."""
+        return pod_spec_requests(self.as_dict()["spec"], where="spec.template.spec")
 
     def as_dict(self) -> dict[str, Any]:
         """The template as the operator copies it into a pod (unknown fields included)."""

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubegang.api import Placement, ReplicaPlacement
 from kubegang.extender._ledger import held_pod
 from kubegang.operator._gang_objects import build_gang
 from kubegang.operator._job import job_view
-from kubegang.operator._types import GangPlacement, PodSlot
 
 
 def _job() -> dict[str, Any]:
@@ -25,7 +25,7 @@ def _job() -> dict[str, Any]:
 
 
 def test_every_gang_pod_is_held_by_its_job_at_its_index_on_its_planned_node() -> None:
-    placement = GangPlacement(slots=tuple(PodSlot(index=i, node=f"n{i}", gpus=tuple(range(8))) for i in range(3)),
+    placement = Placement(pods=[ReplicaPlacement(index=i, node=f"n{i}", gpus=list(range(8))) for i in range(3)],
                               domain="leaf-0", level="leaf")
     gang = build_gang(job_view(_job()), placement)
     for pod in gang.pods:

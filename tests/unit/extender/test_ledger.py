@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubegang.api.gpunode import GPUNodeStatus
 from kubegang.extender._ledger import Ledger
-from kubegang.extender._pods import PodDemand
+from kubegang.extender._pods import DemandError, PodDemand, pod_demand
+from kubegang.extender._wire import Pod
 from kubegang.levels import Level
 from kubegang.placement import GangRequest, Placement
 
@@ -491,3 +493,40 @@ def test_after_a_restart_a_partly_created_gang_can_be_reserved_again_with_its_pl
                       [created, pod("thief", 8, node_name=a1.node)])
     taken = other.reserve(gang, placement, 60)
     assert not isinstance(taken.result, Placement) and "taken meanwhile" in taken.result.reason
+
+
+def _shared_pod(uid: str, node_name: str, gpu: int, milli: int, job: str) -> dict[str, Any]:
+    body = pod(uid, 0, node_name=node_name, pinned=node_name, gpu_idx=str(gpu), job=job, index=0)
+    body["metadata"]["annotations"]["kubegang.io/gpu-milli"] = str(milli)
+    body["spec"]["containers"][0]["resources"] = {}
+    return body
+
+
+def test_a_shared_gpu_pod_holds_its_share_and_whole_gpu_pods_never_land_on_that_gpu() -> None:
+    ledger = make(1)
+    out = ledger.reserve(GangRequest(id="job-s", pods=1, gpus_per_pod=0, gpu_fraction_milli=250), None, 60)
+    assert isinstance(out.result, Placement), out.result
+    (a,) = out.result.assignments
+    assert a.gpu_milli == 250 and len(a.gpus) == 1
+    ledger.upsert_pod(_shared_pod("s0", a.node, a.gpus[0], 250, "job-s"))
+    assert ledger.reservation_count == 0  # the pod took over its reservation
+    assert free(ledger)["n0"] == 7
+    # A whole-GPU pod asking for all 8 does not fit: one GPU is partly shared.
+    assert ledger.filter(demand(8), ["n0"]).passed == []
+    assert ledger.filter(demand(7), ["n0"]).passed == ["n0"]
+    # The pinned shared pod passes its node; a restart rebuilds the same hold from the pod alone.
+    shared = ledger.filter(demand(0, uid="s0", pinned_node=a.node, pinned_gpus=a.gpus, gpu_milli=250,
+                                  job_uid="job-s", pod_index=0), ["n0"])
+    assert shared.passed == ["n0"]
+    again = make(1)
+    again.upsert_pod(_shared_pod("s0", a.node, a.gpus[0], 250, "job-s"))
+    assert free(again) == free(ledger)
+    ledger.delete_pod("s0")
+    assert free(ledger)["n0"] == 8
+
+
+def test_a_share_annotation_without_a_planned_gpu_is_refused_with_the_annotation_named() -> None:
+    body = pod("s1", 0, pinned="n0", job="j", index=0)
+    body["metadata"]["annotations"]["kubegang.io/gpu-milli"] = "250"
+    with pytest.raises(DemandError, match=r"kubegang\.io/gpu-milli"):
+        pod_demand(Pod.model_validate(body))

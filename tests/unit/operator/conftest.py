@@ -63,10 +63,11 @@ def job_body() -> Any:
 
 from collections.abc import Mapping, Sequence  # noqa: E402
 
+from kubegang.api import Placement, ReplicaPlacement  # noqa: E402
 from kubegang.operator._cache import ClusterCache  # noqa: E402
 from kubegang.operator._job import JobView  # noqa: E402
 from kubegang.operator._ports import Candidate, QueueUsage  # noqa: E402
-from kubegang.operator._types import GangPlacement, PlanResult, PodSlot, Verdict  # noqa: E402
+from kubegang.operator._types import PlanResult, Verdict  # noqa: E402
 
 
 class FakeQuota:
@@ -145,11 +146,11 @@ class FakePlacement:
 
     def __init__(self, nodes: dict[str, int]) -> None:
         self.free = dict(nodes)
-        self.reserved: dict[str, GangPlacement] = {}
+        self.reserved: dict[str, Placement] = {}
         self.gpus_per: dict[str, int] = {}
         self.plans: list[tuple[str, frozenset[str], str | None]] = []
 
-    def _plan(self, job: JobView, free: dict[str, int], excluded: frozenset[str]) -> GangPlacement | None:
+    def _plan(self, job: JobView, free: dict[str, int], excluded: frozenset[str]) -> Placement | None:
         left = {n: f for n, f in free.items() if n not in excluded}
         slots = []
         for index in range(job.replicas):
@@ -157,8 +158,8 @@ class FakePlacement:
             if node is None:
                 return None
             left[node] -= job.gpus_per_replica
-            slots.append(PodSlot(index, node, tuple(range(job.gpus_per_replica))))
-        return GangPlacement(tuple(slots), domain="leaf-1")
+            slots.append(ReplicaPlacement(index=index, node=node, gpus=list(range(job.gpus_per_replica))))
+        return Placement(pods=slots, domain="leaf-1")
 
     async def plan(self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None) -> PlanResult:
         self.plans.append((job.uid, excluded_nodes, preferred_domain))
@@ -167,8 +168,8 @@ class FakePlacement:
             return PlanResult(None, f"needs {job.replicas} x {job.gpus_per_replica} GPUs; not enough free")
         return PlanResult(placement)
 
-    async def reserve(self, job: JobView, placement: GangPlacement) -> Verdict:
-        for slot in placement.slots:
+    async def reserve(self, job: JobView, placement: Placement) -> Verdict:
+        for slot in placement.pods:
             self.free[slot.node] -= len(slot.gpus)
         self.reserved[job.uid] = placement
         return Verdict(True)
@@ -176,7 +177,7 @@ class FakePlacement:
     async def release(self, job_uid: str) -> None:
         placement = self.reserved.pop(job_uid, None)
         if placement is not None:
-            for slot in placement.slots:
+            for slot in placement.pods:
                 self.free[slot.node] += len(slot.gpus)
 
     async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> list[str] | None:
@@ -185,7 +186,7 @@ class FakePlacement:
         for victim in candidates:
             if self._plan(job, free, frozenset()) is not None:
                 break
-            for slot in self.reserved[victim.uid].slots:
+            for slot in self.reserved[victim.uid].pods:
                 free[slot.node] += len(slot.gpus)
             chosen.append(victim.uid)
         return chosen if self._plan(job, free, frozenset()) is not None else None

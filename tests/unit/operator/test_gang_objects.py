@@ -4,13 +4,13 @@ from typing import Any
 
 import pytest
 
+from kubegang.api import Placement, ReplicaPlacement, pod_spec_requests
 from kubegang.operator._gang_objects import build_gang, mpi_hostfile
 from kubegang.operator._job import job_view
-from kubegang.operator._types import GangPlacement, PodSlot
 
 
-def placement(n: int) -> GangPlacement:
-    return GangPlacement(slots=tuple(PodSlot(i, f"node-{i}", (0, 1)) for i in range(n)), domain="leaf-1")
+def placement(n: int) -> Placement:
+    return Placement(pods=[ReplicaPlacement(index=i, node=f"node-{i}", gpus=[0, 1]) for i in range(n)], domain="leaf-1")
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, str]:
@@ -91,3 +91,32 @@ def test_mpi_hostfile_lists_each_pod_with_gpu_slots(job_body: Any) -> None:
 def test_placement_must_cover_every_replica(job_body: Any) -> None:
     with pytest.raises(ValueError, match="covers replicas"):
         build_gang(job_view(job_body(replicas=3)), placement(2))
+
+
+def _without_template_gpus(body: dict[str, Any]) -> dict[str, Any]:
+    del body["spec"]["template"]["spec"]["containers"][0]["resources"]
+    return body
+
+
+def test_gpus_per_replica_becomes_every_pods_gpu_limit_and_request(job_body: Any) -> None:
+    """The issue: an MPI job with gpusPerReplica: 8 ran with `resources: {}` (no GPUs on a real node)."""
+    job = job_view(_without_template_gpus(job_body(replicas=2, gpusPerReplica=8, framework="mpi")))
+    gang = build_gang(job, Placement(pods=[ReplicaPlacement(index=i, node=f"node-{i}", gpus=list(range(8)))
+                                           for i in range(2)]))
+    for pod in gang.pods:
+        resources = pod["spec"]["containers"][0]["resources"]
+        assert resources["limits"]["nvidia.com/gpu"] == 8 and resources["requests"]["nvidia.com/gpu"] == 8
+        assert pod_spec_requests(pod["spec"]).gpus == job.gpus_per_replica == 8
+    assert mpi_hostfile(job).count("slots=8") == 2
+
+
+def test_a_shared_gpu_pod_carries_its_gpu_and_share_but_no_whole_gpu(job_body: Any) -> None:
+    job = job_view(_without_template_gpus(job_body(replicas=1, gpuFraction=250)))
+    one = Placement(pods=[ReplicaPlacement(index=0, node="node-0", gpus=[3], gpu_milli=250)])
+    pod = build_gang(job, one).pods[0]
+    assert pod["metadata"]["annotations"] == {
+        "kubegang.io/node": "node-0", "kubegang.io/gpus": "3", "kubegang.io/gpu-milli": "250"}
+    assert pod_spec_requests(pod["spec"]).gpus == 0
+    assert env_of(pod)["NVIDIA_VISIBLE_DEVICES"] == "3"
+    shared = build_gang(job, one, shared_gpu_resource="nvidia.com/gpu.shared").pods[0]
+    assert shared["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu.shared": 1}

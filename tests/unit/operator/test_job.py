@@ -10,7 +10,7 @@ from kubegang.operator._job import JobSpecError, job_view
 def test_view_reads_gpus_from_template_limit(job_body: Any) -> None:
     job = job_view(job_body(replicas=4, gpus=8))
     assert job.total_gpus == 32
-    assert job.restart_limit == 3
+    assert job.spec.restart_limit == 3
     assert job.key == "team-a/train"
 
 

@@ -136,7 +136,7 @@ def _fill(result: PlanResult, placement: pb.GangPlacement, shortfall: pb.Shortfa
         placement.CopyFrom(placement_to_proto(result))
         return []
     shortfall.CopyFrom(pb.Shortfall(level=result.level.label, best_domain=result.best_domain or "",
-                                    best_pods=result.best_pods))
+                                    best_pods=result.best_pods, never=result.never))
     return [result.reason]
 
 
@@ -147,7 +147,7 @@ def _result(feasible: bool, gang_id: str, placement: pb.GangPlacement, shortfall
     return Unplaceable(
         gang_id=gang_id, reason="; ".join(reasons) or "not placeable",
         level=_level_from_label(shortfall.level or Level.CLUSTER.label, "shortfall.level"),
-        best_domain=shortfall.best_domain or None, best_pods=shortfall.best_pods,
+        best_domain=shortfall.best_domain or None, best_pods=shortfall.best_pods, never=shortfall.never,
     )
 
 

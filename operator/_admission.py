@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import enum
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
@@ -50,6 +51,7 @@ from kubegang.operator._gang_objects import DEFAULT_MASTER_PORT, build_gang
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import KubePort, PlacementPort, QuotaPort
 from kubegang.operator._status_writer import StatusWriter
+from kubegang.operator._types import WaitReason
 
 log = logging.getLogger("kubegang.operator.admission")
 
@@ -69,16 +71,37 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+class AdmitResult(enum.StrEnum):
+    """What one admission attempt ended in."""
+
+    ADMITTED = "Admitted"
+    QUEUED = "Queued"
+    UNSCHEDULABLE = "Unschedulable"
+    PREEMPTING = "Preempting"
+    ERROR = "Error"
+
+
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """What one admission attempt ended in (logged, returned for tests)."""
 
     job: str
     """namespace/name."""
-    result: str
+    result: AdmitResult
     """Admitted, Queued, Unschedulable, Preempting or Error."""
     message: str = ""
     """The reason, as written in the job's condition."""
+    reason: WaitReason | None = None
+    """The condition reason when not admitted."""
+
+
+CLUSTER_BOUND = WaitReason.NO_NODE_LARGE_ENOUGH
+"""An Unschedulable that the cluster (new nodes), not the queue tree, can change: tried every cycle."""
+
+BACKOFF_FIRST_SECONDS = 1.0
+"""First retry delay of a job whose admission raised; doubled per failure up to ``BACKOFF_MAX_SECONDS``."""
+BACKOFF_MAX_SECONDS = 300.0
+"""Longest retry delay of a failing job (a spec change retries it at once)."""
 
 
 @contextmanager
@@ -124,6 +147,9 @@ class Admission:
         self._background: set[asyncio.Task[Any]] = set()
         self._waiting_written: dict[str, tuple[str, str, float]] = {}
         """UID → (phase, reason, monotonic time) of the last waiting status written."""
+        self._retry_at: dict[str, tuple[int, float, int]] = {}
+        """UID → (generation, monotonic time of the next try, failures so far) of jobs whose handling
+        raised: they wait out a backoff while the cycle serves everyone else."""
 
     # -- housekeeping before a cycle -------------------------------------------------------------
     def sync_queues(self) -> list[str]:
@@ -184,40 +210,106 @@ class Admission:
         await self.release_deleted()
         pending = self.cache.pending()
         self._export_queue_gauges(pending)
-        # Jobs already found Unschedulable are not retried until the tree or the job changes.
-        candidates = [job for job in pending if self._never.get(job.uid) != job.generation]
+        # Jobs already found Unschedulable are not retried until the tree or the job changes; jobs
+        # whose handling failed wait out their backoff.
+        now = time.monotonic()
+        candidates = [
+            job for job in pending if self._never.get(job.uid) != job.generation and not self._backing_off(job, now)
+        ]
         outcomes: list[Outcome] = []
         tried: set[str] = set()
         held_queues: set[str] = set()
         for _ in range(self.max_rounds):
             # (1) Order: heads of the leaf queues, fair share first.
             with _timed("order"):
-                heads = [
-                    job for job in self.quota.order(candidates) if job.uid not in tried and job.queue not in held_queues
-                ]
+                ordered, failed = self._order(candidates)
+            outcomes.extend(failed)
+            failed_keys = {o.job for o in failed}
+            tried.update(job.uid for job in candidates if job.key in failed_keys)
+            heads = [job for job in ordered if job.uid not in tried and job.queue not in held_queues]
             if not heads:
                 break
             for job in heads:
-                outcome = await self.try_admit(job)
+                outcome = await self._attempt(job)
                 outcomes.append(outcome)
                 tried.add(job.uid)
-                if outcome.result == "Preempting" or "waiting for preempted gangs" in outcome.message:
-                    held_queues.add(job.queue)
-                if outcome.result == "Unschedulable":
+                if outcome.reason is WaitReason.PREEMPTING:
+                    held_queues.add(job.queue)  # nobody behind it takes the GPUs it is freeing
+                if outcome.result is AdmitResult.UNSCHEDULABLE and outcome.reason is not CLUSTER_BOUND:
                     self._never[job.uid] = job.generation
             candidates = [job for job in candidates if job.uid not in tried]
         for job in candidates:
             if job.phase is Phase.PENDING:
                 self._mark_waiting(
-                    job, Phase.QUEUED, "WaitingInQueue", f"waiting in queue {job.queue} behind jobs admitted first"
+                    job, Phase.QUEUED, WaitReason.WAITING_IN_QUEUE,
+                    f"waiting in queue {job.queue} behind jobs admitted first",
                 )
         return outcomes
+
+    # -- isolation of failures: one bad job never stops the others ------------------------------
+    def _backing_off(self, job: JobView, now: float) -> bool:
+        entry = self._retry_at.get(job.uid)
+        return entry is not None and entry[0] == job.generation and now < entry[1]
+
+    def _order(self, candidates: list[JobView]) -> tuple[list[JobView], list[Outcome]]:
+        """The quota port's order; when it raises, the jobs it raises for are set aside as failed."""
+        try:
+            return self.quota.order(candidates), []
+        except Exception:
+            log.exception("ordering %d waiting jobs failed; finding the job that breaks it", len(candidates))
+        good: list[JobView] = []
+        failed: list[Outcome] = []
+        for job in candidates:
+            try:
+                self.quota.order([job])
+            except Exception as exc:
+                failed.append(self._failed(job, exc))
+            else:
+                good.append(job)
+        try:
+            return self.quota.order(good), failed
+        except Exception as exc:  # no single job breaks it: a bug of the port; try again next cycle
+            log.error("ordering still fails without the failing jobs: %s", exc)
+            return [], failed
+
+    async def _attempt(self, job: JobView) -> Outcome:
+        """``try_admit``, with any error turned into that job's AdmissionError (and a backoff)."""
+        try:
+            outcome = await self.try_admit(job)
+        except Exception as exc:
+            if job.uid not in self._creating:
+                # Whatever the failed attempt took is given back (no-ops when it took nothing).
+                self.quota.release(job.uid)
+                await self.placement.release(job.uid)
+            return self._failed(job, exc)
+        if outcome.result is not AdmitResult.ERROR:
+            self._retry_at.pop(job.uid, None)
+        return outcome
+
+    def _failed(self, job: JobView, exc: Exception) -> Outcome:
+        log.error("admission of %s failed: %s", job.key, exc, exc_info=exc)
+        generation, _, failures = self._retry_at.get(job.uid, (job.generation, 0.0, 0))
+        failures = failures + 1 if generation == job.generation else 1
+        delay = min(BACKOFF_FIRST_SECONDS * 2 ** (failures - 1), BACKOFF_MAX_SECONDS)
+        self._retry_at[job.uid] = (job.generation, time.monotonic() + delay, failures)
+        message = f"admission failed ({type(exc).__name__}: {exc}); retrying in {delay:.0f}s"
+        try:
+            self._mark_waiting(job, Phase.QUEUED, WaitReason.ADMISSION_ERROR, message, warning=True)
+        except Exception:
+            log.exception("could not record the admission error of %s", job.key)
+        return Outcome(job.key, AdmitResult.ERROR, message, WaitReason.ADMISSION_ERROR)
 
     async def try_admit(self, job: JobView) -> Outcome:
         """Steps 2 to 5 for one queue head."""
         excluded = job.excluded_nodes
         previous = job.placement
         preferred = previous.domain if previous is not None else None
+        if not job.gpus_per_replica and not job.gpu_milli:
+            message = (
+                "the job asks for no GPU: set spec.gpusPerReplica >= 1, an nvidia.com/gpu limit in "
+                "spec.template, or spec.gpuFraction"
+            )
+            return self._unschedulable(job, WaitReason.NO_GPUS_REQUESTED, message)
 
         # (2) Quota up the GPUQueue tree, for each flavour the job may use (Kueue's flavour assignment).
         with _timed("quota"):
@@ -225,20 +317,20 @@ class Admission:
         possible = [(option, verdict) for option, verdict in options if not verdict.never]
         if not possible:
             reason = "; ".join(dict.fromkeys(verdict.reason for _, verdict in options))
-            self._mark_waiting(job, Phase.UNSCHEDULABLE, "ExceedsQueueCapacity", reason)
-            return Outcome(job.key, "Unschedulable", reason)
+            cause = options[0][1].cause if options else None
+            return self._unschedulable(job, cause or WaitReason.EXCEEDS_QUEUE_CAPACITY, reason)
         waiting_for = self._preempting.get(job.uid)
         if waiting_for and any(self.cache.pods.get(uid) for uid in waiting_for):
             # Their GPUs are not free until their pods are gone; planning now would race them.
-            return self._queued(job, "Preempting", "waiting for preempted gangs to terminate")
+            return self._queued(job, WaitReason.PREEMPTING, "waiting for preempted gangs to terminate")
         fitting = [option for option, verdict in possible if verdict.ok]
         if not fitting:
             first, verdict = possible[0]
             message = f"waiting for quota in queue {job.queue}: {verdict.reason}"
-            return await self._preempt_or_queue(first, "QuotaExhausted", message)
+            return await self._preempt_or_queue(first, WaitReason.QUOTA_EXHAUSTED, message)
 
         # (3) Plan the whole gang (first flavour that places it), take the quota, reserve the placement.
-        first_refusal = ""
+        refusals: list[tuple[str, bool]] = []
         chosen: tuple[JobView, Placement] | None = None
         for option in fitting:
             with _timed("plan"):
@@ -246,18 +338,25 @@ class Admission:
             if plan.placement is not None:
                 chosen = (option, plan.placement)
                 break
-            first_refusal = first_refusal or plan.reason
+            refusals.append((plan.reason, plan.never))
         if chosen is None:
-            return await self._preempt_or_queue(fitting[0], "InsufficientGPUs", f"waiting for GPUs: {first_refusal}")
+            if all(never for _, never in refusals):
+                return self._unschedulable(job, WaitReason.NO_NODE_LARGE_ENOUGH, refusals[0][0])
+            first_refusal = next(reason for reason, never in refusals if not never)
+            return await self._preempt_or_queue(
+                fitting[0], WaitReason.INSUFFICIENT_GPUS, f"waiting for GPUs: {first_refusal}"
+            )
         job, placement = chosen
         taken = self.quota.admit(job)
         if not taken.ok:
-            return self._queued(job, "QuotaExhausted", f"waiting for quota in queue {job.queue}: {taken.reason}")
+            return self._queued(
+                job, WaitReason.QUOTA_EXHAUSTED, f"waiting for quota in queue {job.queue}: {taken.reason}"
+            )
         with _timed("reserve"):
             reserved = await self.placement.reserve(job, placement)
         if not reserved.ok:
             self.quota.release(job.uid)
-            return self._queued(job, "ReservationFailed", f"waiting for GPUs: {reserved.reason}")
+            return self._queued(job, WaitReason.RESERVATION_FAILED, f"waiting for GPUs: {reserved.reason}")
 
         # (4) Record the admission: assume it in the cache now (the next decision counts it), confirm it
         # in the API in the background, before any pod exists (a new leader finds admissions there).
@@ -270,6 +369,7 @@ class Admission:
         )
         self._preempting.pop(job.uid, None)
         self._waiting_written.pop(job.uid, None)
+        self._retry_at.pop(job.uid, None)
         metrics.JOBS_ADMITTED.labels(job.queue).inc()
         metrics.QUEUE_WAIT_SECONDS.labels(job.queue).observe(max((self.clock() - job.created).total_seconds(), 0))
         message = f"admitted to queue {job.queue} on {len(placement.nodes)} nodes" + (
@@ -277,7 +377,7 @@ class Admission:
         )
         self.notify(admitted, "Admitted", message)
         log.info("admitted %s: %s", job.key, message)
-        return Outcome(job.key, "Admitted", message)
+        return Outcome(job.key, AdmitResult.ADMITTED, message)
 
     async def _confirm_and_create(self, job: JobView, status: dict[str, Any], placement: Placement) -> None:
         try:
@@ -317,7 +417,7 @@ class Admission:
         status["admittedAt"] = now_rfc3339(now)
         status["podsCreatedAt"] = None
         status["readyReplicas"] = 0
-        status["totalGPUs"] = job.total_gpus
+        status["totalGPUs"] = job.spec.total_gpus()
         return self.cache.assume(job, status), status
 
     async def create_gang(self, job: JobView, placement: Placement) -> str | None:
@@ -374,7 +474,7 @@ class Admission:
         self.quota.release(job.uid)
 
     # -- waiting and preemption ------------------------------------------------------------------
-    async def _preempt_or_queue(self, job: JobView, reason: str, message: str) -> Outcome:
+    async def _preempt_or_queue(self, job: JobView, reason: WaitReason, message: str) -> Outcome:
         victims = await self._choose_victims(job)
         if not victims:
             return self._queued(job, reason, message)
@@ -383,8 +483,8 @@ class Admission:
         self._preempting[job.uid] = frozenset(v.uid for v, _ in victims)
         names = ", ".join(v.key for v, _ in victims)
         self.notify(job, "Preempting", f"evicting {len(victims)} gang(s) to make room: {names}")
-        self._mark_waiting(job, Phase.QUEUED, "Preempting", f"{message}; preempting {names}")
-        return Outcome(job.key, "Preempting", names)
+        self._mark_waiting(job, Phase.QUEUED, WaitReason.PREEMPTING, f"{message}; preempting {names}")
+        return Outcome(job.key, AdmitResult.PREEMPTING, names, WaitReason.PREEMPTING)
 
     async def _choose_victims(self, job: JobView) -> list[tuple[JobView, str]]:
         with _timed("preempt"):
@@ -444,11 +544,15 @@ class Admission:
         metrics.JOBS_PREEMPTED.labels(victim.queue).inc()
         log.info("evicted %s: %s", victim.key, message)
 
-    def _queued(self, job: JobView, reason: str, message: str) -> Outcome:
+    def _queued(self, job: JobView, reason: WaitReason, message: str) -> Outcome:
         self._mark_waiting(job, Phase.QUEUED, reason, message)
-        return Outcome(job.key, "Queued", message)
+        return Outcome(job.key, AdmitResult.QUEUED, message, reason)
 
-    def _mark_waiting(self, job: JobView, phase: Phase, reason: str, message: str) -> None:
+    def _unschedulable(self, job: JobView, reason: WaitReason, message: str) -> Outcome:
+        self._mark_waiting(job, Phase.UNSCHEDULABLE, reason, message)
+        return Outcome(job.key, AdmitResult.UNSCHEDULABLE, message, reason)
+
+    def _mark_waiting(self, job: JobView, phase: Phase, reason: str, message: str, *, warning: bool = False) -> None:
         """Say why ``job`` waits, in the background lane, and only when that is news.
 
         A new phase or reason is written at once (queued behind decisions); a new message under the
@@ -466,7 +570,7 @@ class Admission:
         else:  # a new phase or reason (not a refreshed message): worth a line in the log
             log.info("%s %s: %s (%s)", job.key, phase.value, reason, message)
         patch = transition(job.status, phase, reason, message, now=self.clock(), observed_generation=job.generation)
-        if phase is Phase.UNSCHEDULABLE:
+        if phase is Phase.UNSCHEDULABLE or warning:
             self.notify(job, reason, message, warning=True)
         self.cache.assume(job, patch)
         self._waiting_written[job.uid] = (phase.value, reason, time.monotonic())

@@ -77,7 +77,7 @@ class ExtenderPlacement:
         if isinstance(result, CorePlacement):
             self._planned[job.uid] = (gang, result)
             return PlanResult(api_placement(result))
-        return PlanResult(None, result.reason)
+        return PlanResult(None, result.reason, never=result.never)
 
     async def reserve(self, job: JobView, placement: Placement) -> Verdict:
         gang, planned = self._planned.pop(job.uid, (gang_request(job), None))

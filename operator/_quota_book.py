@@ -24,7 +24,7 @@ from kubegang.api import GPUQueue
 from kubegang.operator._conditions import parse_rfc3339
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import Candidate, QueueUsage
-from kubegang.operator._types import Verdict
+from kubegang.operator._types import Verdict, WaitReason
 from kubegang.quota import (
     BorrowWithinParent,
     CandidateReason,
@@ -192,12 +192,22 @@ class QuotaBook:
         return [by_uid[head.job_id] for head in queues.heads()] + stray
 
     def _namespace_refusal(self, job: JobView) -> Verdict | None:
+        """No for a job whose queue cannot take it whatever the usage: unknown, not a leaf, or not
+        serving the job's namespace (each its own condition reason)."""
+        if job.queue not in self.tree.queues:
+            known = ", ".join(sorted(self.tree.leaves)) or "none"
+            return Verdict(False, f"queue {job.queue} does not exist (leaf queues: {known})", never=True,
+                           cause=WaitReason.QUEUE_NOT_FOUND)
+        if job.queue not in set(self.tree.leaves):
+            return Verdict(False, _decision_reason(self.tree.can_admit(job.queue, {})), never=True,
+                           cause=WaitReason.NOT_A_LEAF_QUEUE)
         allowed = self._namespaces.get(job.queue)
         if allowed and job.namespace not in allowed:
             return Verdict(
                 False,
                 f"queue {job.queue} does not serve namespace {job.namespace} (it serves: {', '.join(sorted(allowed))})",
                 never=True,
+                cause=WaitReason.NAMESPACE_NOT_SERVED,
             )
         return None
 
@@ -287,10 +297,15 @@ def _placed_products(job: JobView, node_products: Mapping[str, str]) -> set[str]
     return {node_products[node] for node in nodes if node in node_products}
 
 
+def _decision_reason(decision: Decision) -> str:
+    return "" if isinstance(decision, Ok) else decision.reason
+
+
 def _verdict(decision: Decision) -> Verdict:
     if isinstance(decision, Ok):
         return Verdict(True)
-    return Verdict(False, decision.reason, never=isinstance(decision, Unschedulable))
+    never = isinstance(decision, Unschedulable)
+    return Verdict(False, decision.reason, never=never, cause=WaitReason.EXCEEDS_QUEUE_CAPACITY if never else None)
 
 
 def _why(reason: CandidateReason, preemptor: JobView, victim: JobView) -> str:

@@ -95,8 +95,9 @@ _EXPLICIT_GPUS = "(has(self.gpusPerReplica) || has(self.gpuFraction))"
 _FRACTION_SINGLE = "gpuFraction (a share of one GPU) is allowed only with replicas: 1"
 _ONE_OF = "set gpusPerReplica or gpuFraction, not both"
 _COUNT_ONCE = (
-    f"gpusPerReplica and gpuFraction cannot be combined with a {GPU_RESOURCE} limit in "
-    "template.spec.containers[*].resources.limits; give the GPU count in one place"
+    f"gpusPerReplica and gpuFraction cannot be combined with a {GPU_RESOURCE} limit or request in "
+    "template.spec.containers[*].resources or template.spec.initContainers[*].resources; "
+    "give the GPU count in one place"
 )
 
 

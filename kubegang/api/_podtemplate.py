@@ -34,14 +34,18 @@ GPU_LIMIT_RULE = cel(
 
 
 class ResourceRequirements(OpenModel):
-    """A container's ``resources``; only ``limits`` is read."""
+    """A container's ``resources``: the GPU count in either map must be whole."""
 
     limits: dict[str, QuantityValue] | None = Field(
         default=None, max_length=64, json_schema_extra=cel_rules(GPU_LIMIT_RULE)
     )
     """Resource limits; ``nvidia.com/gpu`` gives the replica's GPU count."""
+    requests: dict[str, QuantityValue] | None = Field(
+        default=None, max_length=64, json_schema_extra=cel_rules(GPU_LIMIT_RULE)
+    )
+    """Resource requests; an ``nvidia.com/gpu`` request counts like a limit (Kubernetes makes them equal)."""
 
-    @field_validator("limits")
+    @field_validator("limits", "requests")
     @classmethod
     def _gpu_limit_is_whole(cls, limits: dict[str, int | str] | None) -> dict[str, int | str] | None:
         if limits is not None and GPU_RESOURCE in limits:
@@ -51,11 +55,9 @@ class ResourceRequirements(OpenModel):
                 raise ValueError(f"{GPU_LIMIT_MESSAGE}: {error}") from None
         return limits
 
-    def gpus(self) -> int | None:
-        """The ``nvidia.com/gpu`` limit, or None when there is none."""
-        if self.limits is None or GPU_RESOURCE not in self.limits:
-            return None
-        return whole_count(self.limits[GPU_RESOURCE])
+    def sets_gpus(self) -> bool:
+        """Whether the limits or the requests name ``nvidia.com/gpu``."""
+        return any(m is not None and GPU_RESOURCE in m for m in (self.limits, self.requests))
 
 
 class Container(OpenModel):
@@ -68,10 +70,12 @@ class Container(OpenModel):
 
 
 class PodSpec(OpenModel):
-    """The template's pod spec; only ``containers`` is read."""
+    """The template's pod spec; only the containers' resources are read."""
 
     containers: list[Container] = Field(min_length=1, max_length=256)
     """The pod's containers (at least one)."""
+    init_containers: list[Container] | None = Field(default=None, max_length=256, alias="initContainers")
+    """Init containers: the largest one's GPUs count when more than the containers' sum."""
 
 
 class PodTemplateSpec(OpenModel):
@@ -81,8 +85,9 @@ class PodTemplateSpec(OpenModel):
     """The pod spec."""
 
     def sets_gpus(self) -> bool:
-        """Whether some container names an ``nvidia.com/gpu`` limit (the count is then given here)."""
-        return any(c.resources is not None and c.resources.gpus() is not None for c in self.spec.containers)
+        """Whether some container or init container names ``nvidia.com/gpu`` (the count is given here)."""
+        containers = [*self.spec.containers, *(self.spec.init_containers or ())]
+        return any(c.resources is not None and c.resources.sets_gpus() for c in containers)
 
     def requests(self) -> PodRequests:
         """What one pod of this template asks for (:func:`kubegang.api.pod_requests`, the one rule)."""
@@ -93,8 +98,12 @@ class PodTemplateSpec(OpenModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
-HAS_TEMPLATE_GPU_LIMIT = (
-    "self.template.spec.containers.exists(c, has(c.resources) && has(c.resources.limits)"
-    f" && '{GPU_RESOURCE}' in c.resources.limits)"
+_NAMES_GPUS = (
+    f"has(c.resources) && ((has(c.resources.limits) && '{GPU_RESOURCE}' in c.resources.limits) || "
+    f"(has(c.resources.requests) && '{GPU_RESOURCE}' in c.resources.requests))"
 )
-"""CEL: whether some container of ``self.template`` (self = a GPUJob spec) sets a GPU limit."""
+HAS_TEMPLATE_GPU_LIMIT = (
+    f"self.template.spec.containers.exists(c, {_NAMES_GPUS}) || "
+    f"(has(self.template.spec.initContainers) && self.template.spec.initContainers.exists(c, {_NAMES_GPUS}))"
+)
+"""CEL twin of :meth:`PodTemplateSpec.sets_gpus` (self = a GPUJob spec)."""

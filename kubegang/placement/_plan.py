@@ -46,7 +46,10 @@ def plan(gang: GangRequest, snapshot: Snapshot) -> PlanResult:
     top = gang.required_level if gang.required_level is not None else Level.CLUSTER
     cap = snapshot.capacity.get(gang.flavour)
     if cap is None:
-        return Unplaceable(gang.id, f"no node has {flavour_words(gang)} GPUs", top)
+        return Unplaceable(gang.id, f"no node has {flavour_words(gang)} GPUs", top, never=True)
+    too_big = _larger_than_every_node(snapshot, gang, cap, top)
+    if too_big is not None:
+        return too_big
     static_ok: dict[int, str | None] = {}
     best: DomainFit | None = None
     for level in FABRIC_LEVELS:
@@ -61,6 +64,28 @@ def plan(gang: GangRequest, snapshot: Snapshot) -> PlanResult:
             if best is None or fit.pods >= best.pods:
                 best = fit
     return _unplaceable(snapshot, gang, cap, top, best)
+
+
+def _larger_than_every_node(snapshot: Snapshot, gang: GangRequest, cap: FlavourCapacity,
+                            top: Level) -> Unplaceable | None:
+    """Unplaceable (never) when one pod wants more GPUs than the largest node of its flavour has."""
+    if gang.fractional:
+        return None
+    largest = max(range(len(cap.total)), key=lambda n: (cap.total[n], -n), default=None)
+    if largest is None or cap.total[largest] >= gang.gpus_per_pod:
+        return None
+    name = snapshot.topology.nodes[largest].name
+    return Unplaceable(
+        gang.id,
+        f"each pod needs {gpu_words(gang, gang.gpus_per_pod)}, but the largest {_kind(gang)}node ({name}) has "
+        f"{cap.total[largest]}",
+        top, never=True,
+    )
+
+
+def _kind(gang: GangRequest) -> str:
+    words = flavour_words(gang)
+    return "GPU " if words == "whole" else f"{words} "
 
 
 def _candidates(cap: FlavourCapacity, snapshot: Snapshot, gang: GangRequest, level: Level) -> Iterator[int]:

@@ -65,6 +65,10 @@ class Unplaceable:
     """The domain that came closest, if any has the gang's GPUs at all."""
     best_pods: int = 0
     """How many of the gang's pods that domain could hold."""
+    never: bool = False
+    """True when no node of the cluster as it is could hold one pod even with every GPU free (a pod
+    asking for 9 GPUs on 8-GPU nodes, a product no node has): waiting cannot help, the cluster must
+    change."""
 
 
 PlanResult = Placement | Unplaceable

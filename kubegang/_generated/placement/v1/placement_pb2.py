@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%kubegang/placement/v1/placement.proto\x12\x15kubegang.placement.v1\"J\n\nToleration\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x0e\n\x06\x65\x66\x66\x65\x63t\x18\x04 \x01(\t\"\xe7\x03\n\x04Gang\x12\x0f\n\x07job_uid\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0c\n\x04pods\x18\x04 \x01(\r\x12\x14\n\x0cgpus_per_pod\x18\x05 \x01(\r\x12\x1a\n\x12gpu_fraction_milli\x18\x06 \x01(\r\x12\x19\n\x11\x63pu_milli_per_pod\x18\x07 \x01(\x04\x12\x1a\n\x12memory_mib_per_pod\x18\x08 \x01(\x04\x12\x13\n\x0bgpu_product\x18\t \x01(\t\x12\x13\n\x0bmig_profile\x18\n \x01(\t\x12\x44\n\rnode_selector\x18\x0b \x03(\x0b\x32-.kubegang.placement.v1.Gang.NodeSelectorEntry\x12\x36\n\x0btolerations\x18\x0c \x03(\x0b\x32!.kubegang.placement.v1.Toleration\x12\x16\n\x0erequired_level\x18\r \x01(\t\x12\x17\n\x0fpreferred_level\x18\x0e \x01(\t\x12\x16\n\x0e\x65xcluded_nodes\x18\x0f \x03(\t\x12\x10\n\x08priority\x18\x10 \x01(\x05\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"W\n\x0cPodPlacement\x12\x11\n\tpod_index\x18\x01 \x01(\r\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\r\x12\x11\n\tgpu_milli\x18\x04 \x01(\r\"#\n\x06\x44omain\x12\r\n\x05level\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\x97\x01\n\rGangPlacement\x12\x31\n\x04pods\x18\x01 \x03(\x0b\x32#.kubegang.placement.v1.PodPlacement\x12-\n\x06\x64omain\x18\x02 \x01(\x0b\x32\x1d.kubegang.placement.v1.Domain\x12\x15\n\rpreferred_met\x18\x03 \x01(\x08\x12\r\n\x05score\x18\x04 \x01(\x01\"B\n\tShortfall\x12\r\n\x05level\x18\x01 \x01(\t\x12\x13\n\x0b\x62\x65st_domain\x18\x02 \x01(\t\x12\x11\n\tbest_pods\x18\x03 \x01(\r\"8\n\x0bPlanRequest\x12)\n\x04gang\x18\x01 \x01(\x0b\x32\x1b.kubegang.placement.v1.Gang\"\x9f\x01\n\x0cPlanResponse\x12\x10\n\x08\x66\x65\x61sible\x18\x01 \x01(\x08\x12\x37\n\tplacement\x18\x02 \x01(\x0b\x32$.kubegang.placement.v1.GangPlacement\x12\x0f\n\x07reasons\x18\x03 \x03(\t\x12\x33\n\tshortfall\x18\x04 \x01(\x0b\x32 .kubegang.placement.v1.Shortfall\"\x89\x01\n\x0eReserveRequest\x12)\n\x04gang\x18\x01 \x01(\x0b\x32\x1b.kubegang.placement.v1.Gang\x12\x37\n\tplacement\x18\x02 \x01(\x0b\x32$.kubegang.placement.v1.GangPlacement\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\r\"\xbe\x01\n\x0fReserveResponse\x12\x10\n\x08reserved\x18\x01 \x01(\x08\x12\x37\n\tplacement\x18\x02 \x01(\x0b\x32$.kubegang.placement.v1.GangPlacement\x12\x0f\n\x07reasons\x18\x03 \x03(\t\x12\x1a\n\x12\x65xpires_at_unix_ms\x18\x04 \x01(\x03\x12\x33\n\tshortfall\x18\x05 \x01(\x0b\x32 .kubegang.placement.v1.Shortfall\"!\n\x0eReleaseRequest\x12\x0f\n\x07job_uid\x18\x01 \x01(\t\"7\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12\x12\n\ngpus_freed\x18\x02 \x01(\r\"V\n\rWhatIfRequest\x12)\n\x04gang\x18\x01 \x01(\x0b\x32\x1b.kubegang.placement.v1.Gang\x12\x1a\n\x12\x63\x61ndidate_job_uids\x18\x02 \x03(\t\"\xba\x01\n\x0eWhatIfResponse\x12\x10\n\x08\x66\x65\x61sible\x18\x01 \x01(\x08\x12\x17\n\x0fvictim_job_uids\x18\x02 \x03(\t\x12\x37\n\tplacement\x18\x03 \x01(\x0b\x32$.kubegang.placement.v1.GangPlacement\x12\x0f\n\x07reasons\x18\x04 \x03(\t\x12\x33\n\tshortfall\x18\x05 \x01(\x0b\x32 .kubegang.placement.v1.Shortfall2\xe7\x02\n\tPlacement\x12O\n\x04Plan\x12\".kubegang.placement.v1.PlanRequest\x1a#.kubegang.placement.v1.PlanResponse\x12X\n\x07Reserve\x12%.kubegang.placement.v1.ReserveRequest\x1a&.kubegang.placement.v1.ReserveResponse\x12X\n\x07Release\x12%.kubegang.placement.v1.ReleaseRequest\x1a&.kubegang.placement.v1.ReleaseResponse\x12U\n\x06WhatIf\x12$.kubegang.placement.v1.WhatIfRequest\x1a%.kubegang.placement.v1.WhatIfResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%kubegang/placement/v1/placement.proto\x12\x15kubegang.placement.v1\"J\n\nToleration\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x10\n\x08operator\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\x12\x0e\n\x06\x65\x66\x66\x65\x63t\x18\x04 \x01(\t\"\xe7\x03\n\x04Gang\x12\x0f\n\x07job_uid\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x0c\n\x04pods\x18\x04 \x01(\r\x12\x14\n\x0cgpus_per_pod\x18\x05 \x01(\r\x12\x1a\n\x12gpu_fraction_milli\x18\x06 \x01(\r\x12\x19\n\x11\x63pu_milli_per_pod\x18\x07 \x01(\x04\x12\x1a\n\x12memory_mib_per_pod\x18\x08 \x01(\x04\x12\x13\n\x0bgpu_product\x18\t \x01(\t\x12\x13\n\x0bmig_profile\x18\n \x01(\t\x12\x44\n\rnode_selector\x18\x0b \x03(\x0b\x32-.kubegang.placement.v1.Gang.NodeSelectorEntry\x12\x36\n\x0btolerations\x18\x0c \x03(\x0b\x32!.kubegang.placement.v1.Toleration\x12\x16\n\x0erequired_level\x18\r \x01(\t\x12\x17\n\x0fpreferred_level\x18\x0e \x01(\t\x12\x16\n\x0e\x65xcluded_nodes\x18\x0f \x03(\t\x12\x10\n\x08priority\x18\x10 \x01(\x05\x1a\x33\n\x11NodeSelectorEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"W\n\x0cPodPlacement\x12\x11\n\tpod_index\x18\x01 \x01(\r\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x13\n\x0bgpu_indices\x18\x03 \x03(\r\x12\x11\n\tgpu_milli\x18\x04 \x01(\r\"#\n\x06\x44omain\x12\r\n\x05level\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\x97\x01\n\rGangPlacement\x12\x31\n\x04pods\x18\x01 \x03(\x0b\x32#.kubegang.placement.v1.PodPlacement\x12-\n\x06\x64omain\x18\x02 \x01(\x0b\x32\x1d.kubegang.placement.v1.Domain\x12\x15\n\rpreferred_met\x18\x03 \x01(\x08\x12\r\n\x05score\x18\x04 \x01(\x01\"Q\n\tShortfall\x12\r\n\x05level\x18\x01 \x01(\t\x12\x13\n\x0b\x62\x65st_domain\x18\x02 \x01(\t\x12\x11\n\tbest_pods\x18\x03 \x01(\r\x12\r\n\x05never\x18\x04 \x01(\x08\"8\n\x0bPlanRequest\x12)\n\x04gang\x18\x01 \x01(\x0b\x32\x1b.kubegang.placement.v1.Gang\"\x9f\x01\n\x0cPlanResponse\x12\x10\n\x08\x66\x65\x61sible\x18\x01 \x01(\x08\x12\x37\n\tplacement\x18\x02 \x01(\x0b\x32$.kubegang.placement.v1.GangPlacement\x12\x0f\n\x07reasons\x18\x03 \x03(\t\x12\x33\n\tshortfall\x18\x04 \x01(\x0b\x32 .kubegang.placement.v1.Shortfall\"\x89\x01\n\x0eReserveRequest\x12)\n\x04gang\x18\x01 \x01(\x0b\x32\x1b.kubegang.placement.v1.Gang\x12\x37\n\tplacement\x18\x02 \x01(\x0b\x32$.kubegang.placement.v1.GangPlacement\x12\x13\n\x0bttl_seconds\x18\x03 \x01(\r\"\xbe\x01\n\x0fReserveResponse\x12\x10\n\x08reserved\x18\x01 \x01(\x08\x12\x37\n\tplacement\x18\x02 \x01(\x0b\x32$.kubegang.placement.v1.GangPlacement\x12\x0f\n\x07reasons\x18\x03 \x03(\t\x12\x1a\n\x12\x65xpires_at_unix_ms\x18\x04 \x01(\x03\x12\x33\n\tshortfall\x18\x05 \x01(\x0b\x32 .kubegang.placement.v1.Shortfall\"!\n\x0eReleaseRequest\x12\x0f\n\x07job_uid\x18\x01 \x01(\t\"7\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\x08\x12\x12\n\ngpus_freed\x18\x02 \x01(\r\"V\n\rWhatIfRequest\x12)\n\x04gang\x18\x01 \x01(\x0b\x32\x1b.kubegang.placement.v1.Gang\x12\x1a\n\x12\x63\x61ndidate_job_uids\x18\x02 \x03(\t\"\xba\x01\n\x0eWhatIfResponse\x12\x10\n\x08\x66\x65\x61sible\x18\x01 \x01(\x08\x12\x17\n\x0fvictim_job_uids\x18\x02 \x03(\t\x12\x37\n\tplacement\x18\x03 \x01(\x0b\x32$.kubegang.placement.v1.GangPlacement\x12\x0f\n\x07reasons\x18\x04 \x03(\t\x12\x33\n\tshortfall\x18\x05 \x01(\x0b\x32 .kubegang.placement.v1.Shortfall2\xe7\x02\n\tPlacement\x12O\n\x04Plan\x12\".kubegang.placement.v1.PlanRequest\x1a#.kubegang.placement.v1.PlanResponse\x12X\n\x07Reserve\x12%.kubegang.placement.v1.ReserveRequest\x1a&.kubegang.placement.v1.ReserveResponse\x12X\n\x07Release\x12%.kubegang.placement.v1.ReleaseRequest\x1a&.kubegang.placement.v1.ReleaseResponse\x12U\n\x06WhatIf\x12$.kubegang.placement.v1.WhatIfRequest\x1a%.kubegang.placement.v1.WhatIfResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -46,23 +46,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GANGPLACEMENT']._serialized_start=757
   _globals['_GANGPLACEMENT']._serialized_end=908
   _globals['_SHORTFALL']._serialized_start=910
-  _globals['_SHORTFALL']._serialized_end=976
-  _globals['_PLANREQUEST']._serialized_start=978
-  _globals['_PLANREQUEST']._serialized_end=1034
-  _globals['_PLANRESPONSE']._serialized_start=1037
-  _globals['_PLANRESPONSE']._serialized_end=1196
-  _globals['_RESERVEREQUEST']._serialized_start=1199
-  _globals['_RESERVEREQUEST']._serialized_end=1336
-  _globals['_RESERVERESPONSE']._serialized_start=1339
-  _globals['_RESERVERESPONSE']._serialized_end=1529
-  _globals['_RELEASEREQUEST']._serialized_start=1531
-  _globals['_RELEASEREQUEST']._serialized_end=1564
-  _globals['_RELEASERESPONSE']._serialized_start=1566
-  _globals['_RELEASERESPONSE']._serialized_end=1621
-  _globals['_WHATIFREQUEST']._serialized_start=1623
-  _globals['_WHATIFREQUEST']._serialized_end=1709
-  _globals['_WHATIFRESPONSE']._serialized_start=1712
-  _globals['_WHATIFRESPONSE']._serialized_end=1898
-  _globals['_PLACEMENT']._serialized_start=1901
-  _globals['_PLACEMENT']._serialized_end=2260
+  _globals['_SHORTFALL']._serialized_end=991
+  _globals['_PLANREQUEST']._serialized_start=993
+  _globals['_PLANREQUEST']._serialized_end=1049
+  _globals['_PLANRESPONSE']._serialized_start=1052
+  _globals['_PLANRESPONSE']._serialized_end=1211
+  _globals['_RESERVEREQUEST']._serialized_start=1214
+  _globals['_RESERVEREQUEST']._serialized_end=1351
+  _globals['_RESERVERESPONSE']._serialized_start=1354
+  _globals['_RESERVERESPONSE']._serialized_end=1544
+  _globals['_RELEASEREQUEST']._serialized_start=1546
+  _globals['_RELEASEREQUEST']._serialized_end=1579
+  _globals['_RELEASERESPONSE']._serialized_start=1581
+  _globals['_RELEASERESPONSE']._serialized_end=1636
+  _globals['_WHATIFREQUEST']._serialized_start=1638
+  _globals['_WHATIFREQUEST']._serialized_end=1724
+  _globals['_WHATIFRESPONSE']._serialized_start=1727
+  _globals['_WHATIFRESPONSE']._serialized_end=1913
+  _globals['_PLACEMENT']._serialized_start=1916
+  _globals['_PLACEMENT']._serialized_end=2275
 # @@protoc_insertion_point(module_scope)

@@ -94,14 +94,16 @@ class GangPlacement(_message.Message):
     def __init__(self, pods: _Optional[_Iterable[_Union[PodPlacement, _Mapping]]] = ..., domain: _Optional[_Union[Domain, _Mapping]] = ..., preferred_met: _Optional[bool] = ..., score: _Optional[float] = ...) -> None: ...
 
 class Shortfall(_message.Message):
-    __slots__ = ("level", "best_domain", "best_pods")
+    __slots__ = ("level", "best_domain", "best_pods", "never")
     LEVEL_FIELD_NUMBER: _ClassVar[int]
     BEST_DOMAIN_FIELD_NUMBER: _ClassVar[int]
     BEST_PODS_FIELD_NUMBER: _ClassVar[int]
+    NEVER_FIELD_NUMBER: _ClassVar[int]
     level: str
     best_domain: str
     best_pods: int
-    def __init__(self, level: _Optional[str] = ..., best_domain: _Optional[str] = ..., best_pods: _Optional[int] = ...) -> None: ...
+    never: bool
+    def __init__(self, level: _Optional[str] = ..., best_domain: _Optional[str] = ..., best_pods: _Optional[int] = ..., never: _Optional[bool] = ...) -> None: ...
 
 class PlanRequest(_message.Message):
     __slots__ = ("gang",)

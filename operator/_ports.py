@@ -30,9 +30,9 @@ class Candidate:
 class QueueUsage:
     """What a GPUQueue's status reports."""
 
-    usage: Mapping[str, int]
-    """GPUs in use per flavour (admitted jobs of this queue and its descendants)."""
-    borrowed: Mapping[str, int]
+    usage: Mapping[str, float]
+    """GPUs in use per flavour (admitted jobs of this queue and its descendants; fractions for shares)."""
+    borrowed: Mapping[str, float]
     """GPUs used above nominal quota per flavour."""
     fair_share: float = 0.0
     """The queue's current (dominant) share, weighted."""

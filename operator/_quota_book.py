@@ -25,6 +25,7 @@ from kubegang.operator._conditions import parse_rfc3339
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import Candidate, QueueUsage
 from kubegang.operator._types import Verdict, WaitReason
+from kubegang.placement import MILLI
 from kubegang.quota import (
     BorrowWithinParent,
     CandidateReason,
@@ -58,8 +59,13 @@ def _no_nodes() -> Mapping[str, str]:
     return {}
 
 
+def _milli(gpus: int | None) -> int | None:
+    return None if gpus is None else gpus * MILLI
+
+
 def queue_spec(body: Mapping[str, Any]) -> QueueSpec:
-    """The core QueueSpec of a GPUQueue object; pydantic.ValidationError when malformed."""
+    """The core QueueSpec of a GPUQueue object, in thousandths of a GPU (so a shared-GPU job is charged
+    its share, as placement counts it); pydantic.ValidationError when malformed."""
     model = GPUQueue.model_validate({k: v for k, v in body.items() if k != "status"})
     spec = model.spec
     return QueueSpec(
@@ -67,7 +73,11 @@ def queue_spec(body: Mapping[str, Any]) -> QueueSpec:
         parent=spec.parent,
         weight=spec.weight,
         quotas={
-            r.flavor: FlavorQuota(nominal=r.nominal, borrowing_limit=r.borrowing_limit, lending_limit=r.lending_limit)
+            r.flavor: FlavorQuota(
+                nominal=r.nominal * MILLI,
+                borrowing_limit=_milli(r.borrowing_limit),
+                lending_limit=_milli(r.lending_limit),
+            )
             for r in spec.resources
         },
         preemption=PreemptionPolicy(
@@ -86,7 +96,7 @@ class QuotaBook:
         self.node_products = node_products
         self._assigned: dict[str, str] = {}
         """Job UID → flavour of its current admission (kept across tree rebuilds of this leader)."""
-        self.tree = QuotaTree([])
+        self.tree = QuotaTree([], unit=MILLI)
         self._namespaces: dict[str, frozenset[str]] = {}
         self._queue_priority: dict[str, int] = {}
         self._held: dict[str, JobView] = {}
@@ -109,7 +119,7 @@ class QuotaBook:
             if model.spec.priority is not None:
                 priorities[str(name)] = model.spec.priority
         try:
-            tree = QuotaTree(specs)
+            tree = QuotaTree(specs, unit=MILLI)
         except QuotaSpecError as exc:
             # Keep admitting under the last valid tree; the new one is reported, not half-applied.
             return [*problems, str(exc)]
@@ -167,8 +177,9 @@ class QuotaBook:
         return next((f for f in flavors if f in placed), flavors[0])
 
     def usage_of(self, job: JobView) -> dict[str, int]:
-        """GPUs per flavour of the whole gang."""
-        return {self.flavor_of(job): job.total_gpus} if job.total_gpus else {}
+        """Thousandths of a GPU per flavour of the whole gang (a shared-GPU job is charged its share)."""
+        milli = job.replicas * job.spec.gpu_milli_per_replica()
+        return {self.flavor_of(job): milli} if milli else {}
 
     def priority(self, job: JobView) -> int:
         """Explicit spec.priority, else the PriorityClass value, else the queue's default."""
@@ -279,7 +290,9 @@ class QuotaBook:
         for name in self.tree.queues:
             status = self.tree.status(name)
             out[name] = QueueUsage(
-                usage=dict(status.usage), borrowed=dict(status.borrowed), fair_share=status.fair_share
+                usage={f: v / MILLI for f, v in status.usage.items()},
+                borrowed={f: v / MILLI for f, v in status.borrowed.items()},
+                fair_share=status.fair_share,
             )
         return out
 

@@ -53,6 +53,7 @@ class _Node:
         "parent",
         "path",
         "quota",
+        "reach",
         "spec",
         "usage",
         "version",
@@ -71,6 +72,9 @@ class _Node:
         self.lending: dict[str, int | None] = {}
         self.quota: dict[str, int] = {}
         self.guaranteed: dict[str, int] = {}
+        # What a job of this queue's subtree could take with every other queue idle (``_potential``);
+        # static between flavour additions. Fair shares divide by the parent's reach.
+        self.reach: dict[str, int] = {}
         self.charged: dict[str, int] = {}
         self.usage: dict[str, int] = {}
         # flavour -> (decayed charge, time of last update); only with a half-life.
@@ -115,10 +119,14 @@ class QuotaTree:
         *,
         fair_sharing: FairSharing = FairSharing(),
         clock: Callable[[], float] = time.monotonic,
+        unit: int = 1,
     ) -> None:
         ordered = validate_specs(specs)
         self.fair_sharing = fair_sharing
         self.clock = clock
+        self.unit = unit
+        """Amounts per GPU: 1 when quota and usage count whole GPUs, 1000 when they count thousandths
+        (shared-GPU jobs). Only what reasons print is divided by it; all accounting stays integer."""
         self._nodes: dict[str, _Node] = {}
         for spec in ordered.values():
             parent = self._nodes[spec.parent] if spec.parent is not None else None
@@ -228,9 +236,10 @@ class QuotaTree:
             most, limit = self._potential(node, flavor)
             if need > most:
                 shortfalls.append(Shortfall(flavor, need, most))
+                q = self._gpus
                 reasons.append(
-                    f"queue {queue} can never hold {need} {flavor}: at most {most} even with every other "
-                    f"queue idle ({_describe_potential(limit, flavor, most)})"
+                    f"queue {queue} can never hold {q(need)} {flavor}: at most {q(most)} even with every other "
+                    f"queue idle ({_describe_potential(limit, flavor, most, q)})"
                 )
         if shortfalls:
             return Unschedulable(queue, tuple(shortfalls), "; ".join(reasons))
@@ -333,6 +342,8 @@ class QuotaTree:
             node.quota[flavor] = quota
             lending = node.lending[flavor]
             node.guaranteed[flavor] = 0 if lending is None else max(0, quota - lending)
+        for node in self._nodes.values():  # parents first: reach flows down the tree
+            node.reach[flavor] = self._potential(node, flavor)[0]
 
     def _charge(self, job_id: str, node: _Node, request: dict[str, int], *, log: bool = True) -> None:
         now = self.clock() if self.fair_sharing.half_life_seconds else 0.0
@@ -449,10 +460,15 @@ class QuotaTree:
         leaves = [n.name for n in self._nodes.values() if n.is_leaf and queue in (p.name for p in n.path)]
         return f"queue {queue} is not a leaf queue; jobs enter leaf queues only (under it: {', '.join(leaves)})"
 
+    def _gpus(self, amount: int) -> str:
+        """``amount`` as reasons print it: GPUs, with decimals only for a share of one."""
+        whole, part = divmod(amount, self.unit)
+        return str(whole) if not part else f"{amount / self.unit:g}"
+
     def _no_such_flavor(self, node: _Node, flavor: str, need: int) -> str:
         known = ", ".join(self._flavors) or "none"
         return (
-            f"queue {node.name} can never hold {need} {flavor}: no queue of the tree has quota for that "
+            f"queue {node.name} can never hold {self._gpus(need)} {flavor}: no queue of the tree has quota for that "
             f"flavour (flavours with quota: {known})"
         )
 
@@ -463,31 +479,33 @@ class QuotaTree:
         free_nominal = min(unused_nominal, avail)
         lent = unused_nominal - free_nominal
         more = avail - free_nominal
-        text = f"queue {node.name} needs {need} {flavor} but can get {avail} now: "
-        text += f"nominal {nominal}, {used} in use, {free_nominal} free within nominal"
+        q = self._gpus
+        text = f"queue {node.name} needs {q(need)} {flavor} but can get {q(avail)} now: "
+        text += f"nominal {q(nominal)}, {q(used)} in use, {q(free_nominal)} free within nominal"
         if lent:
-            text += f" ({lent} lent to other queues, reclaimable by preemption)"
+            text += f" ({q(lent)} lent to other queues, reclaimable by preemption)"
         if node.parent is None:
             return text + ", no parent to borrow from"
-        text += f", can borrow {more} more"
+        text += f", can borrow {q(more)} more"
         lim = limit.node
         if limit.kind == "borrowingLimit":
             borrowed = max(0, lim.charged[flavor] - lim.quota[flavor])
+            cap = q(lim.borrowing[flavor] or 0)
             if lim is node:
-                return text + f" (borrowingLimit {lim.borrowing[flavor]}, {borrowed} borrowed)"
-            return text + f" (borrowingLimit {lim.borrowing[flavor]} of queue {lim.name}, {borrowed} borrowed)"
+                return text + f" (borrowingLimit {cap}, {q(borrowed)} borrowed)"
+            return text + f" (borrowingLimit {cap} of queue {lim.name}, {q(borrowed)} borrowed)"
         free = max(0, lim.quota[flavor] - lim.charged[flavor])
-        return text + f" ({free} unused of the {lim.quota[flavor]} shared in {lim.name}'s tree)"
+        return text + f" ({q(free)} unused of the {q(lim.quota[flavor])} shared in {lim.name}'s tree)"
 
 
-def _describe_potential(limit: _Limit, flavor: str, most: int) -> str:
+def _describe_potential(limit: _Limit, flavor: str, most: int, q: Callable[[int], str]) -> str:
     n = limit.node
     if limit.kind == "borrowingLimit":
-        return f"quota {n.quota[flavor]} + borrowingLimit {n.borrowing[flavor]} of queue {n.name}"
+        return f"quota {q(n.quota[flavor])} + borrowingLimit {q(n.borrowing[flavor] or 0)} of queue {n.name}"
     total = _total_nominal(n, flavor)
     if total > most:
-        return f"{n.name}'s tree has {total}, of which other queues keep {total - most} for themselves"
-    return f"{n.name}'s tree has {total} in all"
+        return f"{n.name}'s tree has {q(total)}, of which other queues keep {q(total - most)} for themselves"
+    return f"{n.name}'s tree has {q(total)} in all"
 
 
 def _total_nominal(node: _Node, flavor: str) -> int:

@@ -120,3 +120,22 @@ def test_a_new_leader_recovers_the_flavour_from_the_nodes_the_gang_holds(job_bod
     b.set_queues([flavoured("mine", [("A", 16), ("B", 8)])])
     b.record(held)
     assert b.usage()["mine"].usage == {"A": 4}
+
+
+def test_a_shared_gpu_job_is_charged_its_share_in_thousandths(job_body: Any) -> None:
+    b = QuotaBook(priority_of=lambda job: 0)
+    assert b.set_queues([queue("tiny", 1)]) == []
+
+    def shared(name: str) -> Any:
+        body = job_body(name, queue="tiny", replicas=1, gpuFraction=250)
+        del body["spec"]["template"]["spec"]["containers"][0]["resources"]
+        return job_view(body)
+
+    for i in range(4):
+        assert b.admit(shared(f"s{i}")).ok
+    assert b.usage()["tiny"].usage == {"nvidia.com/gpu": 1.0}
+    refused = b.can_admit(shared("s4"))
+    assert not refused.ok and not refused.never
+    assert refused.reason.startswith("queue tiny needs 0.25 nvidia.com/gpu but can get 0 now: nominal 1, 1 in use")
+    b.release("uid-s0")
+    assert b.can_admit(shared("s4")).ok and b.usage()["tiny"].usage == {"nvidia.com/gpu": 0.75}

@@ -1,9 +1,11 @@
 """Pending jobs per leaf queue, and the order in which the admission cycle considers them.
 
 Each leaf keeps a heap ordered by priority, then creation time (FIFO); only its head competes in a
-cycle. Heads are ordered across queues by priority, then fair share (``share_path``, lower first),
-then creation time. With Q leaves and N jobs, ``push`` is O(log N) and choosing the next head is
-O(Q x depth x flavours), independent of N: 10,000 jobs in 100 queues cost no more than 100.
+cycle. Heads are ordered across queues by priority, then Kueue's fair-sharing tournament (siblings
+compete under their parent by their share after admitting the head, lower first, and the winner
+moves up; ``tournament_order``), then creation time. With Q leaves and N jobs, ``push`` is
+O(log N) and choosing the next head is O(Q x depth x flavours), independent of N: 10,000 jobs in
+100 queues cost no more than 100.
 
 A head that does not fit in quota is *parked* (Kueue's BestEffortFIFO: the next job of its queue
 becomes the head) until ``wake`` is called, which the owner does when quota frees up in its tree.
@@ -15,12 +17,11 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from kubegang.quota._fairshare import share_path
+from kubegang.quota._fairshare import Contender, share_path, tournament_order, tournament_winner
 from kubegang.quota._tree import QuotaTree
 
 
@@ -50,15 +51,14 @@ def admission_order(tree: QuotaTree, jobs: Iterable[PendingJob]) -> list[Pending
         best = heads.get(job.queue)
         if best is None or (-job.priority, job.created, job.job_id) < (-best.priority, best.created, best.job_id):
             heads[job.queue] = job
-
-    def key(job: PendingJob) -> tuple[int, tuple[float, ...], float, str]:
+    contenders: list[Contender[PendingJob]] = []
+    for job in heads.values():
         try:
-            shares = share_path(tree, job.queue, job.usage)
+            shares: tuple[float, ...] | None = share_path(tree, job.queue, job.usage)
         except KeyError:
-            shares = (math.inf,)
-        return (-job.priority, shares, job.created, job.job_id)
-
-    return sorted(heads.values(), key=key)
+            shares = None
+        contenders.append(Contender(job, job.queue, job.priority, shares, (job.created, job.job_id)))
+    return tournament_order(tree, contenders)
 
 
 _Entry = tuple[int, float, int, str]  # (-priority, created, sequence, job id)
@@ -75,9 +75,9 @@ class PendingQueues:
         self._aside: dict[str, tuple[PendingJob, int]] = {}
         self._per_queue: Counter[str] = Counter()
         self._seq = itertools.count()
-        # queue -> (head's sequence, path version, key): a head's key changes only when a charge on
-        # its path does, so most heads keep their key from one decision to the next.
-        self._keys: dict[str, tuple[int, int, tuple[int, tuple[float, ...], float, int]]] = {}
+        # queue -> (head's sequence, path version, contender): a head's shares change only when a
+        # charge on its path does, so most heads keep their match keys from one decision to the next.
+        self._contended: dict[str, tuple[int, int, Contender[PendingJob]]] = {}
 
     def __len__(self) -> int:
         return len(self._live) + len(self._parked) + len(self._aside)
@@ -106,14 +106,11 @@ class PendingQueues:
 
     def heads(self) -> list[PendingJob]:
         """The head of every leaf queue with a waiting job, in admission order."""
-        heads = [h for h in (self._head(q) for q in list(self._heaps)) if h is not None]
-        heads.sort(key=self._key)
-        return heads
+        return tournament_order(self.tree, self._contenders())
 
     def peek(self) -> PendingJob | None:
         """The job the admission cycle should consider next."""
-        heads = [h for h in (self._head(q) for q in list(self._heaps)) if h is not None]
-        return min(heads, key=self._key, default=None)
+        return tournament_winner(self.tree, self._contenders())
 
     def pop(self) -> PendingJob | None:
         """Take the next job out of the queues (``requeue`` it if it is not admitted)."""
@@ -184,21 +181,23 @@ class PendingQueues:
         del self._heaps[queue]
         return None
 
-    def _key(self, job: PendingJob) -> tuple[int, tuple[float, ...], float, int]:
+    def _contenders(self) -> list[Contender[PendingJob]]:
+        heads = [h for h in (self._head(q) for q in list(self._heaps)) if h is not None]
+        return [self._contender(h) for h in heads]
+
+    def _contender(self, job: PendingJob) -> Contender[PendingJob]:
         seq = self._live[job.job_id][1]
         version = self.tree._path_version(job.queue)
         cacheable = version is not None and not self.tree.fair_sharing.half_life_seconds
-        cached = self._keys.get(job.queue)
+        cached = self._contended.get(job.queue)
         if cacheable and cached is not None and cached[0] == seq and cached[1] == version:
             return cached[2]
-        if version is None:
-            shares: tuple[float, ...] = (math.inf,)  # unknown queue: admission refuses it, others first
-        else:
-            shares = share_path(self.tree, job.queue, job.usage)
-        key = (-job.priority, shares, job.created, seq)
+        # An unknown queue (version None) has no shares: admission refuses it; it competes last.
+        shares = None if version is None else share_path(self.tree, job.queue, job.usage)
+        contender = Contender(job, job.queue, job.priority, shares, (job.created, seq))
         if cacheable and version is not None:
-            self._keys[job.queue] = (seq, version, key)
-        return key
+            self._contended[job.queue] = (seq, version, contender)
+        return contender
 
     def _root(self, queue: str) -> str | None:
         try:

@@ -250,3 +250,157 @@ def test_no_pending_job_is_lost_or_duplicated(ops: list[tuple[str, int]]) -> Non
     while (head := pending.pop()) is not None:
         rest.append(head.job_id)
     assert sorted(rest) == sorted(model) and len(rest) == len(set(rest))
+
+
+def test_tournament_siblings_compete_under_their_own_parent_first() -> None:
+    # Kueue's fair-sharing tournament: d and e compete under B first, and only B's winner meets
+    # C's under A. e1 is within e's nominal and beats d1 (55 over d's nominal) under B, although
+    # B would borrow less from A with d1 than with e1.
+    tree = QuotaTree(
+        [
+            QueueSpec("A"),
+            QueueSpec("B", parent="A"),
+            QueueSpec("C", parent="A"),
+            QueueSpec("d", parent="B", quotas={H100: FlavorQuota(50)}),
+            QueueSpec("e", parent="B", quotas={H100: FlavorQuota(50)}),
+            QueueSpec("f", parent="C", quotas={H100: FlavorQuota(100)}),
+        ]
+    )
+    tree.admit("d-run", "d", {H100: 100})
+    tree.admit("f-run", "f", {H100: 70})
+    assert tree.available("e") == {H100: 30}
+    d1 = PendingJob("d1", "d", {H100: 5}, created=1.0)
+    e1 = PendingJob("e1", "e", {H100: 30}, created=2.0)
+    pending = PendingQueues(tree)
+    pending.push(d1)
+    pending.push(e1)
+    assert pending.peek() == e1
+    assert [j.job_id for j in pending.heads()] == ["e1", "d1"]
+    assert [j.job_id for j in admission_order(tree, [d1, e1])] == ["e1", "d1"]
+
+
+def test_tournament_winner_of_a_subtree_meets_the_other_subtrees_higher_up() -> None:
+    # Under root: org-1 (a, b) and org-2 (c). org-1 borrows more than org-2, so org-2's head goes
+    # first; then org-1's heads in the order a/b compete under org-1 (b within its nominal first).
+    tree = QuotaTree(
+        [
+            QueueSpec("root", quotas={H100: FlavorQuota(40)}),
+            QueueSpec("org-1", parent="root"),
+            QueueSpec("org-2", parent="root"),
+            QueueSpec("a", parent="org-1", quotas={H100: FlavorQuota(4)}),
+            QueueSpec("b", parent="org-1", quotas={H100: FlavorQuota(4)}),
+            QueueSpec("c", parent="org-2"),
+        ]
+    )
+    tree.admit("x", "a", {H100: 12})  # a borrows 8; org-1 borrows 4 of the root's pool
+    tree.admit("y", "c", {H100: 2})  # org-2 borrows 2
+    jobs = [
+        PendingJob("pa", "a", {H100: 1}, created=0),
+        PendingJob("pb", "b", {H100: 1}, created=1),
+        PendingJob("pc", "c", {H100: 1}, created=2),
+    ]
+    pending = PendingQueues(tree)
+    for job in jobs:
+        pending.push(job)
+    assert [j.job_id for j in pending.heads()] == ["pc", "pb", "pa"]
+    assert [j.job_id for j in admission_order(tree, jobs)] == ["pc", "pb", "pa"]
+
+
+def test_share_under_a_parent_without_quota_divides_by_what_the_parent_can_reach() -> None:
+    # org has no quota of its own: its children borrow from the root through it. Shares divide by
+    # what org can reach (64), not by org's quota (0), so t1 (60 in use) is behind t2 (idle).
+    tree = QuotaTree(
+        [
+            QueueSpec("root", quotas={H100: FlavorQuota(64)}),
+            QueueSpec("org", parent="root"),
+            QueueSpec("t1", parent="org"),
+            QueueSpec("t2", parent="org"),
+        ]
+    )
+    tree.admit("big", "t1", {H100: 60})
+    assert dominant_share(tree, "t1") == 60 / 64
+    assert dominant_share(tree, "t2", {H100: 4}) == 4 / 64
+    pending = PendingQueues(tree)
+    first = PendingJob("t1-next", "t1", {H100: 4}, created=0)
+    second = PendingJob("t2-first", "t2", {H100: 4}, created=1)
+    pending.push(first)
+    pending.push(second)
+    assert pending.pop() == second
+    assert tree.admit("t2-first", "t2", {H100: 4})
+    assert tree.available("t1") == {H100: 0}
+
+
+def test_share_divides_by_the_parents_reach_capped_by_its_borrowing_limit() -> None:
+    tree = QuotaTree(
+        [
+            QueueSpec("root", quotas={H100: FlavorQuota(64)}),
+            QueueSpec("org", parent="root", quotas={H100: FlavorQuota(0, borrowing_limit=16)}),
+            QueueSpec("t1", parent="org"),
+            QueueSpec("t2", parent="org"),
+        ]
+    )
+    tree.admit("x", "t1", {H100: 8})
+    assert dominant_share(tree, "t1") == 8 / 16
+
+
+def _kueue_tournament(tree: QuotaTree, heads: list[PendingJob]) -> list[PendingJob]:
+    """Kueue's runTournament, restated: recurse from each root, the best child entry wins at each
+    queue by (priority, its child's share after admission, creation time); pop it, run again."""
+    left = list(heads)
+    out: list[PendingJob] = []
+
+    def share_under(job: PendingJob, queue: str) -> float:
+        path = tree.path(job.queue)  # leaf first
+        depth = len(tree.path(queue)) - 1
+        return share_path(tree, job.queue, job.usage)[depth] if depth < len(path) - 1 else 0.0
+
+    def run(queue: str) -> PendingJob | None:
+        entries = [j for j in left if j.queue == queue]
+        for child in (q for q in tree.queues if tree.path(q)[1:2] == [queue]):
+            winner = run(child)
+            if winner is not None:
+                entries.append(winner)
+        return min(entries, key=lambda j: (-j.priority, share_under(j, queue), j.created), default=None)
+
+    roots = [q for q in tree.queues if len(tree.path(q)) == 1]
+    while left:
+        winners = [w for w in (run(r) for r in roots) if w is not None]
+        best = min(winners, key=lambda j: (-j.priority, j.created))
+        out.append(best)
+        left.remove(best)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_order_is_kueues_tournament(data: st.DataObject) -> None:
+    specs = [QueueSpec("r", quotas={H100: FlavorQuota(data.draw(st.integers(0, 40)))})]
+    leaves: list[str] = []
+    for i in range(data.draw(st.integers(1, 3))):
+        mid = f"m{i}"
+        n_children = data.draw(st.integers(0, 3))
+        nominal = data.draw(st.integers(0, 10))
+        limit = data.draw(st.none() | st.integers(0, 10))
+        specs.append(QueueSpec(mid, parent="r", weight=data.draw(st.sampled_from([0.5, 1.0, 2.0])),
+                               quotas={H100: FlavorQuota(nominal, borrowing_limit=limit)}))
+        if n_children == 0:
+            leaves.append(mid)
+        for j in range(n_children):
+            specs.append(QueueSpec(f"{mid}l{j}", parent=mid, quotas={H100: FlavorQuota(data.draw(st.integers(0, 8)))}))
+            leaves.append(f"{mid}l{j}")
+    tree = QuotaTree(specs)
+    for k in range(data.draw(st.integers(0, 8))):
+        tree.admit(f"run{k}", data.draw(st.sampled_from(leaves)), {H100: data.draw(st.integers(1, 12))})
+    heads = [
+        PendingJob(f"p{i}", leaf, {H100: data.draw(st.integers(1, 8))}, priority=data.draw(st.integers(0, 1)),
+                   created=float(data.draw(st.integers(0, 5))) + i / 100)
+        for i, leaf in enumerate(leaves)
+        if data.draw(st.booleans())
+    ]
+    expected = [j.job_id for j in _kueue_tournament(tree, heads)]
+    assert [j.job_id for j in admission_order(tree, heads)] == expected
+    pending = PendingQueues(tree)
+    for job in heads:
+        pending.push(job)
+    assert [j.job_id for j in pending.heads()] == expected
+    assert (pending.peek().job_id if heads else None) == (expected[0] if expected else None)  # type: ignore[union-attr]

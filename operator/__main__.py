@@ -71,6 +71,13 @@ def parser() -> argparse.ArgumentParser:
         default=32,
         help="gangs whose pods are created in the background at once",
     )
+    p.add_argument(
+        "--shared-gpu-resource",
+        default="",
+        metavar="NAME",
+        help="extended resource a shared-GPU pod (gpuFraction) requests one of, e.g. nvidia.com/gpu.shared of "
+        "the NVIDIA device plugin's time-slicing or MPS mode with renameByDefault; empty: none (see docs/sharing.md)",
+    )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return p
 
@@ -95,6 +102,7 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         api_qps=args.api_qps,
         api_burst=args.api_burst,
         creation_concurrency=args.creation_concurrency,
+        shared_gpu_resource=args.shared_gpu_resource or None,
         **extra,
     )
 

@@ -124,6 +124,7 @@ class Admission:
         kube: KubePort,
         *,
         master_port: int = DEFAULT_MASTER_PORT,
+        shared_gpu_resource: str | None = None,
         clock: Clock = utcnow,
         max_rounds: int = 8,
         creation_concurrency: int = 32,
@@ -134,6 +135,7 @@ class Admission:
         self.placement = placement
         self.kube = kube
         self.master_port = master_port
+        self.shared_gpu_resource = shared_gpu_resource
         self.clock = clock
         self._preempting: dict[str, frozenset[str]] = {}
         """Preemptor UID → UIDs of the victims it is waiting for."""
@@ -428,7 +430,9 @@ class Admission:
         ready count, requeue): one write fewer per job. A new leader that finds it unwritten counts
         the gang timeout from ``admittedAt``, which is earlier, so a gang never waits longer.
         """
-        objects = build_gang(job, placement, master_port=self.master_port)
+        objects = build_gang(
+            job, placement, master_port=self.master_port, shared_gpu_resource=self.shared_gpu_resource
+        )
         try:
             for extra in (objects.service, objects.config_map):
                 if extra is not None:

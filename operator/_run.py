@@ -61,6 +61,7 @@ async def run(settings: OperatorSettings) -> None:
         ExtenderPlacement(extender, reservation_ttl_seconds=settings.reservation_ttl_seconds),
         kube,
         master_port=settings.master_port,
+        shared_gpu_resource=settings.shared_gpu_resource,
         creation_concurrency=settings.creation_concurrency,
     )
     elector: LeaderElector | AlwaysLeader

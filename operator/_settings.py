@@ -51,6 +51,10 @@ class OperatorSettings:
     """Deadline of each gRPC call to the extender."""
     reservation_ttl_seconds: int = 120
     """How long the extender holds a reservation that no pod has claimed yet."""
+    shared_gpu_resource: str | None = None
+    """Extended resource a shared-GPU pod (``gpuFraction``) requests one of, e.g. ``nvidia.com/gpu.shared``
+    of the NVIDIA device plugin's time-slicing or MPS sharing; None: the pod requests no GPU resource
+    and sees its GPU through ``NVIDIA_VISIBLE_DEVICES`` (docs/sharing.md says what each gives)."""
     master_port: int = 29500
     """MASTER_PORT for torchrun gangs (and the headless Service's port)."""
     resync_seconds: float = 5.0

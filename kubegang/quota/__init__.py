@@ -2,7 +2,8 @@
 
 Pure accounting, no Kubernetes: the operator converts GPUQueue objects into ``QueueSpec`` values,
 builds a ``QuotaTree``, keeps pending jobs in ``PendingQueues``, lets ``Backfill`` say which blocked
-heads step aside or reserve their nodes, and asks ``candidates_for`` whom a waiting job may evict.
+heads step aside or reserve their nodes, asks ``candidates_for`` whom a waiting job may evict and
+``quota_victims`` which of those quota needs gone.
 Semantics and examples: docs/quota.md.
 """
 
@@ -18,6 +19,7 @@ from kubegang.quota._candidates import (
     RunningJob,
     candidates_for,
     fits_after_eviction,
+    quota_victims,
 )
 from kubegang.quota._decision import Decision, Ok, Refusal, Shortfall, Unschedulable
 from kubegang.quota._fairshare import dominant_share, share_path
@@ -65,6 +67,7 @@ __all__ = [
     "candidates_for",
     "dominant_share",
     "fits_after_eviction",
+    "quota_victims",
     "share_path",
     "validate_specs",
 ]

@@ -2,8 +2,9 @@
 
 Where the victims must come from is the placement-aware planner's question (kubegang.preemption):
 it takes these candidates, in this order, and picks the smallest set of whole gangs that makes the
-preemptor placeable, checking with ``fits_after_eviction`` that quota would admit it too. This
-module only says who *may* be evicted, after Kueue's rules, generalised to a tree:
+preemptor placeable, checking with ``fits_after_eviction`` that quota would admit it too. Which of
+them quota needs gone is ``quota_victims`` (Kueue's minimalPreemptions). This module says who *may*
+be evicted, after Kueue's rules, generalised to a tree:
 
 - same queue: lower priority, when the queue's ``withinQueue`` is ``LowerPriority``;
 - another queue of the same tree: only while that queue's side of the tree (the child of the lowest
@@ -84,6 +85,69 @@ def fits_after_eviction(tree: QuotaTree, preemptor: PendingJob, victims: Iterabl
         for job_id in victims:
             tree.release(job_id)
         return tree.can_admit(preemptor.queue, preemptor.usage)
+
+
+def quota_victims(tree: QuotaTree, preemptor: PendingJob, candidates: Iterable[str]) -> list[str] | None:
+    """The fewest candidates whose eviction lets quota admit ``preemptor``; changes nothing.
+
+    ``candidates``: job ids in the order to try them, least disruptive first (``candidates_for``'s
+    order). Kueue's minimalPreemptions, generalised to the tree:
+
+    1. Walk the candidates, evicting each (inside ``tree.simulate()``) until the preemptor fits.
+       A candidate of another queue is *skipped* when, with the victims chosen so far gone, its
+       side of the tree (the child of the lowest common ancestor that holds it) no longer borrows
+       a flavour the preemptor needs: it is back within its quota, and evicting it would take
+       quota the preemptor is not entitled to reclaim. The preemptor's own queue is never skipped.
+    2. Fill back: in reverse order, keep every chosen victim except the last whose return still
+       lets the preemptor fit. Each remaining victim is needed: without any one of them it does not
+       fit (fitting is monotone in what is released).
+
+    Returns the victims in candidate order; ``[]`` when quota admits the preemptor already (quota is
+    not the problem), None when it can never fit or the candidates are not enough. Unknown job ids
+    and repeats are ignored. Cost: one quota check (O(depth x flavours)) per candidate tried.
+    """
+    usage = preemptor.usage
+    if tree.can_admit(preemptor.queue, usage):
+        return []
+    if not tree.can_ever_fit(preemptor.queue, usage):
+        return None
+    needed = {f for f, a in usage.items() if a > 0}
+    chosen: list[str] = []
+    held: dict[str, tuple[str, dict[str, int]]] = {}
+    with tree.simulate():
+        fits = False
+        for job_id in candidates:
+            if job_id not in tree:
+                continue  # unknown, or chosen already
+            queue, amounts = tree.job_queue(job_id), tree.job_usage(job_id)
+            if queue != preemptor.queue and not _still_borrows(tree, preemptor.queue, queue, amounts, needed):
+                continue
+            tree.release(job_id)
+            chosen.append(job_id)
+            held[job_id] = (queue, amounts)
+            if tree.can_admit(preemptor.queue, usage):
+                fits = True
+                break
+        if not fits:
+            return None
+        for i in range(len(chosen) - 2, -1, -1):
+            job_id = chosen[i]
+            queue, amounts = held[job_id]
+            tree.record(job_id, queue, amounts)
+            if tree.can_admit(preemptor.queue, usage):
+                del chosen[i]
+            else:
+                tree.release(job_id)
+    return chosen
+
+
+def _still_borrows(tree: QuotaTree, preemptor_queue: str, queue: str, usage: Mapping[str, int],
+                   needed: set[str]) -> bool:
+    """Whether ``queue``'s side below the common ancestor borrows, now, a needed flavour ``usage`` has."""
+    lca = tree.lowest_common_ancestor(preemptor_queue, queue)
+    if lca is None:
+        return False
+    return _borrowing_side(tree, queue, lca, needed & {f for f, a in usage.items() if a > 0}) is not None
 
 
 def _judge(

@@ -16,6 +16,7 @@ from kubegang.quota import (
     WithinQueue,
     candidates_for,
     fits_after_eviction,
+    quota_victims,
 )
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -155,3 +156,68 @@ def test_deep_tree_reclaim_relative_to_the_common_ancestor() -> None:
     assert "org-1" in got[0].message
     assert not fits_after_eviction(tree, PendingJob("c1", "c", {H100: 8}), [])
     assert fits_after_eviction(tree, PendingJob("c1", "c", {H100: 8}), ["a1"]) == Ok()
+
+
+def _reclaim_tree() -> QuotaTree:
+    return QuotaTree(
+        [
+            QueueSpec("org"),
+            QueueSpec("team-a", parent="org", quotas={H100: FlavorQuota(4)}),
+            QueueSpec("team-b", parent="org", quotas={H100: FlavorQuota(8)}, preemption=RECLAIM),
+            QueueSpec("team-c", parent="org", quotas={H100: FlavorQuota(0)}),
+        ]
+    )
+
+
+def test_reclaim_skips_a_candidate_whose_queue_is_back_within_quota() -> None:
+    # Kueue's minimalPreemptions: once a2 is gone team-a (3 of nominal 4) no longer borrows, so a1
+    # is skipped and team-c's borrower goes instead; a2 and c1 are enough for b1's 8.
+    tree = _reclaim_tree()
+    running = [
+        run(tree, "c1", "team-c", {H100: 2}, started=1),
+        run(tree, "a1", "team-a", {H100: 3}, started=2),
+        run(tree, "a2", "team-a", {H100: 3}, started=3),
+    ]
+    preemptor = PendingJob("b1", "team-b", {H100: 8})
+    candidates = candidates_for(preemptor, tree, running)
+    assert [c.job.job_id for c in candidates] == ["a2", "a1", "c1"]
+    before = [(q, tree.usage(q)) for q in tree.queues]
+    victims = quota_victims(tree, preemptor, [c.job.job_id for c in candidates])
+    assert victims == ["a2", "c1"]
+    assert [(q, tree.usage(q)) for q in tree.queues] == before  # asking changes nothing
+    assert fits_after_eviction(tree, preemptor, victims) == Ok()
+    for victim in victims:
+        tree.release(victim)
+    assert tree.admit("b1", "team-b", {H100: 8}) == Ok()
+    assert tree.usage("team-a") == {H100: 3}  # team-a keeps what is within its nominal
+
+
+def test_quota_victims_empty_when_quota_is_not_the_problem_and_none_when_nothing_helps() -> None:
+    tree = _reclaim_tree()
+    run(tree, "a1", "team-a", {H100: 6})
+    run(tree, "c1", "team-c", {H100: 2})
+    assert quota_victims(tree, PendingJob("b1", "team-b", {H100: 4}), ["c1"]) == []
+    # Evicting c1 frees 2 of the 4 missing; a1 is not offered.
+    assert quota_victims(tree, PendingJob("b2", "team-b", {H100: 8}), ["c1"]) is None
+    assert quota_victims(tree, PendingJob("b3", "team-b", {H100: 13}), ["a1", "c1"]) is None  # can never fit
+    assert quota_victims(tree, PendingJob("b4", "team-b", {H100: 8}), ["gone", "c1", "a1"]) == ["a1"]  # c1 filled back
+
+
+def test_quota_victims_fill_back_drops_victims_a_later_one_made_unnecessary() -> None:
+    tree = _reclaim_tree()
+    running = [
+        run(tree, "small", "team-c", {H100: 1}, started=3),
+        run(tree, "big", "team-c", {H100: 8}, started=1),
+    ]
+    preemptor = PendingJob("b1", "team-b", {H100: 8})
+    ids = [c.job.job_id for c in candidates_for(preemptor, tree, running)]
+    assert ids == ["small", "big"]
+    assert quota_victims(tree, preemptor, ids) == ["big"]
+
+
+def test_quota_victims_never_skip_the_preemptors_own_queue() -> None:
+    tree = tree_of(WITHIN, PreemptionPolicy())
+    running = [run(tree, "p0", "team-a", {H100: 6}, priority=0), run(tree, "p1", "team-a", {H100: 4}, priority=1)]
+    preemptor = PendingJob("x", "team-a", {H100: 16}, priority=3)
+    ids = [c.job.job_id for c in candidates_for(preemptor, tree, running)]
+    assert quota_victims(tree, preemptor, ids) == ["p0", "p1"]

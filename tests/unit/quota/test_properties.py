@@ -23,6 +23,7 @@ from kubegang.quota import (
     Unschedulable,
     candidates_for,
     fits_after_eviction,
+    quota_victims,
 )
 from kubegang.quota import PreemptionPolicy as Policy
 from kubegang.quota import ReclaimFromBorrowers as Reclaim
@@ -165,6 +166,29 @@ def assert_allowed_by_policy(tree: QuotaTree, preemptor: PendingJob, candidates:
             assert c.job.priority < preemptor.priority
 
 
+def assert_minimal_victims(tree: QuotaTree, preemptor: PendingJob, ids: list[str], victims: list[str]) -> None:
+    """Victims come from the candidates in their order, suffice, are each needed, and were each still
+    borrowing (another queue's) when chosen."""
+    assert [v for v in ids if v in victims] == victims and len(set(victims)) == len(victims)
+    assert fits_after_eviction(tree, preemptor, victims) == Ok()
+    if not victims:
+        assert tree.can_admit(preemptor.queue, preemptor.usage) == Ok()
+    for v in victims:
+        assert not fits_after_eviction(tree, preemptor, [x for x in victims if x != v]), f"{v} was not needed"
+    needed = {f for f, a in preemptor.usage.items() if a}
+    with tree.simulate():
+        for v in victims:
+            queue = tree.job_queue(v)
+            if queue != preemptor.queue:
+                lca = tree.lowest_common_ancestor(preemptor.queue, queue)
+                assert lca is not None
+                path = tree.path(queue)
+                side = path[path.index(lca) - 1]
+                uses = {f for f, a in tree.job_usage(v).items() if a}
+                assert needed & uses & set(tree.borrowed(side)), f"{v}: {side} no longer borrows when chosen"
+            tree.release(v)
+
+
 def forced_add_is_valid(oracle: Oracle, job_id: str, queue: str, usage: dict[str, int]) -> bool:
     oracle.jobs[job_id] = (queue, usage)
     try:
@@ -216,14 +240,12 @@ def test_invariants_hold_after_any_sequence(specs: list[QueueSpec], data: st.Dat
             before = snapshot(tree)
             candidates = candidates_for(preemptor, tree, running.values())
             assert_allowed_by_policy(tree, preemptor, candidates)
-            chosen: list[str] = []
-            for candidate in candidates:
-                if fits_after_eviction(tree, preemptor, chosen):
-                    break
-                chosen.append(candidate.job.job_id)
+            ids = [c.job.job_id for c in candidates]
+            victims = quota_victims(tree, preemptor, ids)
             assert snapshot(tree) == before  # asking changes nothing
-            if fits_after_eviction(tree, preemptor, chosen):
-                for victim in chosen:
+            if victims is not None:
+                assert_minimal_victims(tree, preemptor, ids, victims)
+                for victim in victims:
                     tree.release(victim)
                     del running[victim], oracle.jobs[victim]
                 assert tree.admit(job_id, preemptor.queue, preemptor.usage) == Ok()
@@ -246,3 +268,21 @@ def test_admitted_exactly_when_limits_allow(specs: list[QueueSpec], data: st.Dat
     queue, usage = data.draw(st.sampled_from(tree.leaves)), data.draw(usages)
     assert bool(tree.can_admit(queue, usage)) == forced_add_is_valid(oracle, "probe", queue, usage)
     assert bool(tree.can_ever_fit(queue, usage)) == forced_add_is_valid(Oracle(specs), "probe", queue, usage)
+
+
+@settings(max_examples=200, deadline=None)
+@given(specs=trees(), data=st.data())
+def test_quota_victims_are_minimal_for_any_candidate_order(specs: list[QueueSpec], data: st.DataObject) -> None:
+    """Whatever running jobs are offered, in whatever order: the answer is a minimal set that fits."""
+    tree = QuotaTree(specs)
+    for step in range(data.draw(st.integers(0, 14))):
+        tree.admit(f"j{step}", data.draw(st.sampled_from(tree.leaves)), data.draw(usages))
+    preemptor = PendingJob("p", data.draw(st.sampled_from(tree.leaves)), data.draw(usages))
+    ids = data.draw(st.permutations(tree.jobs))
+    before = snapshot(tree)
+    victims = quota_victims(tree, preemptor, [*ids, "unknown"])
+    assert snapshot(tree) == before
+    if victims is None:
+        assert not tree.can_admit(preemptor.queue, preemptor.usage)
+    else:
+        assert_minimal_victims(tree, preemptor, list(ids), victims)

@@ -44,7 +44,7 @@ EXTRA_SHAPE = REPO / "hack" / "shapes" / "demo-h200.yaml"
 DEMO_SHAPES = (REPO / "hack" / "shapes" / f"{MAIN_SHAPE}.yaml", EXTRA_SHAPE)
 GPU = podcontract.GPU_RESOURCE
 PRODUCT_LABEL = "nvidia.com/gpu.product"
-GPU_MILLI_ANNOTATION = getattr(podcontract, "GPU_MILLI_ANNOTATION", "kubegang.io/gpu-milli")
+GPU_MILLI_ANNOTATION = podcontract.GPU_MILLI_ANNOTATION
 LEVEL_LABELS = {"leaf": "kubegang.io/leaf", "spine": "kubegang.io/spine", "block": "kubegang.io/block",
                 "nvlink": "kubegang.io/nvlink-domain"}
 RUNNING_TIMEOUT = 120.0

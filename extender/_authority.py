@@ -67,6 +67,29 @@ class ReserveOutcome:
 
 
 @dataclass(frozen=True)
+class Displacement:
+    """A slot of a gang whose planned GPUs a pod kubegang did not place took (an intruder)."""
+
+    index: int
+    """The gang's pod index."""
+    node: str
+    """Where the slot was planned."""
+    intruder: str
+    """``namespace/name`` of the pod that holds those GPUs now."""
+
+
+@dataclass(frozen=True)
+class RepairOutcome:
+    """Answer to Repair: the gang's placement with its displaced slots placed again, or why not."""
+
+    result: PlanResult
+    """The whole gang's ``Placement`` (unchanged when nothing was displaced), or ``Unplaceable`` when
+    the displaced slots fit nowhere within the gang's required level (requeue the gang whole)."""
+    displaced: tuple[Displacement, ...] = ()
+    """The slots that had to move, with who took their GPUs."""
+
+
+@dataclass(frozen=True)
 class WhatIfOutcome:
     """Answer to WhatIf."""
 
@@ -93,6 +116,10 @@ class PlacementAuthority(Protocol):
 
     def release(self, job_uid: str) -> int:
         """Drop the gang's in-memory reservation; returns the whole GPUs freed (0: none held)."""
+        ...
+
+    def repair(self, gang: GangRequest, ttl_seconds: float) -> RepairOutcome:
+        """Place again the slots of ``gang`` that intruders displaced, near its other pods, and hold them."""
         ...
 
     def what_if(self, gang: GangRequest, candidates: Sequence[str]) -> WhatIfOutcome:

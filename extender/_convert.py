@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 from kubegang._generated.placement.v1 import placement_pb2 as pb
-from kubegang.extender._authority import ReserveOutcome, WhatIfOutcome
+from kubegang.extender._authority import Displacement, RepairOutcome, ReserveOutcome, WhatIfOutcome
 from kubegang.levels import Level
 from kubegang.placement import (
     MILLI,
@@ -192,4 +192,21 @@ def what_if_outcome(resp: pb.WhatIfResponse, gang_id: str) -> WhatIfOutcome:
     return WhatIfOutcome(
         victims=tuple(resp.victim_job_uids),
         result=_result(resp.feasible, gang_id, resp.placement, resp.shortfall, list(resp.reasons)),
+    )
+
+
+def repair_response(outcome: RepairOutcome) -> pb.RepairResponse:
+    """Authority outcome -> ``RepairResponse``."""
+    resp = pb.RepairResponse(feasible=isinstance(outcome.result, Placement))
+    resp.displaced.extend(pb.Displacement(pod_index=d.index, node=d.node, intruder=d.intruder)
+                          for d in outcome.displaced)
+    resp.reasons.extend(_fill(outcome.result, resp.placement, resp.shortfall))
+    return resp
+
+
+def repair_outcome(resp: pb.RepairResponse, gang_id: str) -> RepairOutcome:
+    """``RepairResponse`` -> outcome (client side)."""
+    return RepairOutcome(
+        result=_result(resp.feasible, gang_id, resp.placement, resp.shortfall, list(resp.reasons)),
+        displaced=tuple(Displacement(d.pod_index, d.node, d.intruder) for d in resp.displaced),
     )

@@ -29,6 +29,7 @@ from kubegang.extender._convert import (
     gang_from_proto,
     placement_from_proto,
     plan_response,
+    repair_response,
     reserve_response,
     what_if_response,
 )
@@ -86,6 +87,11 @@ class _Service:
         freed = self.authority.release(req.job_uid)
         return pb.ReleaseResponse(released=freed > 0, gpus_freed=freed)
 
+    def repair(self, raw: bytes) -> Message:
+        req = _decode(pb.RepairRequest, raw)
+        ttl = float(req.ttl_seconds) if req.ttl_seconds else self.default_ttl_seconds
+        return repair_response(self.authority.repair(gang_from_proto(req.gang), ttl))
+
     def what_if(self, raw: bytes) -> Message:
         req = _decode(pb.WhatIfRequest, raw)
         gang = gang_from_proto(req.gang)
@@ -137,7 +143,8 @@ def _method(verb: str, work: Callable[[bytes], Message], metrics: ExtenderMetric
 
 def _generic_handler(service: _Service) -> grpc.GenericRpcHandler:
     methods = {"Plan": ("plan", service.plan), "Reserve": ("reserve", service.reserve),
-               "Release": ("release", service.release), "WhatIf": ("what_if", service.what_if)}
+               "Release": ("release", service.release), "WhatIf": ("what_if", service.what_if),
+               "Repair": ("repair", service.repair)}
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(_method(verb, work, service.metrics))
         for name, (verb, work) in methods.items()

@@ -21,6 +21,7 @@ indices first. Rebuilding from the same sources always yields the same ledger.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import time
@@ -31,7 +32,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kubegang.api.gpunode import GPUNodeStatus
-from kubegang.extender._authority import FilterVerdict, ReserveOutcome, WhatIfOutcome
+from kubegang.extender._authority import Displacement, FilterVerdict, RepairOutcome, ReserveOutcome, WhatIfOutcome
 from kubegang.extender._nodes import node_info
 from kubegang.extender._pods import NODE_ANNOTATION, DemandError, PodDemand, pod_demand
 from kubegang.extender._quarantine import consistent_nodes
@@ -188,6 +189,13 @@ class Ledger:
         """(owner, index) -> pod uid holding that slot."""
         self._unplaced: dict[str, str] = {}
         """Pod uid -> why its GPUs could not be recorded (overcommitted node, unknown node)."""
+        self._displaced: dict[str, dict[int, Displacement]] = {}
+        """Gang (job UID) -> pod index -> the slot's plan that a pod kubegang did not place took (an
+        intruder: another scheduler, a manual nodeName, an opted-out namespace). Kept until ``repair``."""
+        self._displaced_pods: set[str] = set()
+        """UIDs of unbound gang pods whose planned GPUs an intruder holds: they hold nothing now."""
+        self._new_intrusions = 0
+        """Displacements found since ``take_intrusions`` last counted them (the intrusion metric)."""
         self._quarantined: dict[str, str] = {}
         """Node -> what was ignored and why, when its facts made the topology inconsistent."""
         self._topology: TopologyIndex = compile_index([], self._labels)
@@ -427,19 +435,75 @@ class Ledger:
 
     def _held_placement(self, snap: Snapshot, gang: GangRequest) -> Placement:
         """The placement the gang's existing pods hold."""
-        allocations = sorted(snap.allocations_of(gang.id), key=lambda a: a.pod)
-        numbers = sorted({self._topology.node_number[a.node] for a in allocations})
+        return self._gang_placement(gang, {a.pod: a for a in snap.allocations_of(gang.id)})
+
+    def repair(self, gang: GangRequest, ttl_seconds: float) -> RepairOutcome:
+        """See :class:`PlacementAuthority`: re-place the gang's displaced slots near the rest of it.
+
+        The slots' new places are searched in the domain that holds the gang's other pods, then in
+        wider ones up to the gang's required level; they are held as a reservation, like Reserve.
+        """
+        snap = self._current()
+        lost = self._displaced.get(gang.id, {})
+        kept = {a.pod: a for a in snap.allocations_of(gang.id) if a.pod not in lost}
+        if not lost:
+            return RepairOutcome(result=self._gang_placement(gang, kept))
+        missing = sorted(lost)
+        sub = dataclasses.replace(gang, pods=len(missing), required_level=None, preferred_level=None)
+        found = self._plan_near(snap, sub, gang, kept)
+        if isinstance(found, Unplaceable):
+            return RepairOutcome(result=found, displaced=tuple(lost[i] for i in missing))
+        moved = {index: dataclasses.replace(a, pod=index) for index, a in zip(missing, found.assignments, strict=True)}
+        reservation = self._reservations.get(gang.id)
+        held = (reservation.held if reservation is not None else set()) | set(missing)
+        placement = self._gang_placement(gang, {**kept, **moved})
+        snap.allocate_all([a for a in placement.allocations(gang) if a.pod in moved])
+        self._reservations[gang.id] = Reservation(gang, placement, self._clock() + ttl_seconds, held)
+        del self._displaced[gang.id]
+        return RepairOutcome(result=placement, displaced=tuple(lost[i] for i in missing))
+
+    def _plan_near(self, snap: Snapshot, sub: GangRequest, gang: GangRequest,
+                   kept: Mapping[int, Allocation | PodAssignment]) -> PlanResult:
+        """``sub`` placed in the narrowest domain around ``kept`` that takes it (within the gang's
+        required level); the kept slots hold their GPUs meanwhile."""
+        topo = self._topology
+        numbers = sorted({topo.node_number[a.node] for a in kept.values() if a.node in topo.node_number})
+        top = gang.required_level or Level.CLUSTER
+        start = level_span(topo, numbers)[0] if numbers else top
+        result: PlanResult = Unplaceable(gang.id, "no node is left for the displaced pods", top)
+        for level in FABRIC_LEVELS:
+            if level < start or level > top:
+                continue
+            domains = {topo.domain_of[level][n] for n in numbers}
+            outside = frozenset(node.name for n, node in enumerate(topo.nodes)
+                                if domains and topo.domain_of[level][n] not in domains)
+            result = plan(dataclasses.replace(sub, excluded_nodes=sub.excluded_nodes | outside), snap)
+            if isinstance(result, Placement):
+                return result
+        return result
+
+    def _gang_placement(self, gang: GangRequest, slots: Mapping[int, Allocation | PodAssignment]) -> Placement:
+        """The placement made of these slots (the narrowest domain that holds them all)."""
+        numbers = sorted({self._topology.node_number[a.node] for a in slots.values()
+                          if a.node in self._topology.node_number})
         level, domain = level_span(self._topology, numbers) if numbers else (Level.CLUSTER, 0)
         return Placement(
             gang_id=gang.id,
-            assignments=tuple(PodAssignment(pod=a.pod, node=a.node, gpus=a.gpus, gpu_milli=a.gpu_milli)
-                              for a in allocations),
+            assignments=tuple(PodAssignment(pod=i, node=a.node, gpus=a.gpus, gpu_milli=a.gpu_milli)
+                              for i, a in sorted(slots.items())),
             level=level, domain=self._topology.domain_names[level][domain] if numbers else "",
             score=0.0, preferred_met=gang.preferred_level is None or level <= gang.preferred_level,
         )
 
+    def take_intrusions(self) -> int:
+        """Displacements found since the last call (for the intrusion counter)."""
+        self._current()
+        count, self._new_intrusions = self._new_intrusions, 0
+        return count
+
     def release(self, job_uid: str) -> int:
         """See :class:`PlacementAuthority`."""
+        self._displaced.pop(job_uid, None)
         reservation = self._reservations.get(job_uid)
         if reservation is None:
             return 0
@@ -754,16 +818,23 @@ class Ledger:
                                  gpu_milli=held.gpu_milli, cpu_milli=held.cpu_milli, memory_mib=held.memory_mib))
 
     def _rebuild(self) -> None:
-        """Recompile the topology and replay every hold: exact GPU indices first, guesses last."""
+        """Recompile the topology and replay every hold: exact GPU indices first, guesses last.
+
+        Bound pods hold their GPUs whatever was planned (kubelet runs them): a bound pod that does not
+        fit because reservations or unbound gang pods plan its node's GPUs *displaces* those plans
+        (``_displace``), and the gang is told through ``repair``.
+        """
         self._topology = self._compile()
         snap = Snapshot(self._topology, workload=self._mix)
         self._unplaced = {}
-        exact = [h for h in self._pods.values() if h.gpu_indices]
+        self._displaced_pods &= set(self._pods)
+        exact = [h for h in self._pods.values() if h.gpu_indices and h.uid not in self._displaced_pods]
         guessed = [h for h in self._pods.values() if not h.gpu_indices]
-        for held in sorted(exact, key=lambda h: h.uid):
+        for held in sorted(exact, key=lambda h: (h.bound is False, h.uid)):
             self._try_allocate(snap, held)
         for job, reservation in list(self._reservations.items()):
-            reservation.held -= {i for (o, i) in self._by_slot if o == job}
+            reservation.held -= {i for (o, i), uid in self._by_slot.items()
+                                 if o == job and uid not in self._displaced_pods}
             wanted = [a for a in reservation.placement.allocations(reservation.gang) if a.pod in reservation.held]
             try:
                 snap.allocate_all(wanted)
@@ -776,6 +847,13 @@ class Ledger:
                 del self._reservations[job]
         for held in sorted(guessed, key=lambda h: (h.bound is False, h.uid)):
             self._try_allocate(snap, held)
+        for uid in [u for u in self._unplaced if self._pods[u].bound]:
+            self._displace(snap, self._pods[uid])
+        for uid in [u for u in self._unplaced if not self._pods[u].bound]:
+            self._note_displaced(self._pods[uid])
+        for held in self._pods.values():
+            if held.uid in self._displaced_pods:
+                self._unplaced.setdefault(held.uid, "its planned GPUs are held by a pod kubegang did not place")
         self._snapshot = snap
         classes: dict[tuple[Taint, ...] | None, int] = {}
         self._taint_class = [
@@ -785,6 +863,53 @@ class Ledger:
         self._taint_classes = list(classes)
         self._pod_room = [node.max_pods or sys.maxsize for node in self._topology.nodes]
         self._dirty = False
+
+    def _note_displaced(self, pod: HeldPod) -> None:
+        """An unbound gang pod that did not fit because a bound pod on its node holds its GPUs."""
+        if pod.owner.startswith("pod/"):
+            return
+        intruder = next((h for h in self._pods.values() if h.bound and h.node == pod.node and h.owner != pod.owner
+                         and (not pod.gpu_indices or set(h.gpu_indices) & set(pod.gpu_indices))), None)
+        if intruder is None:
+            return
+        self._displaced_pods.add(pod.uid)
+        self._unplaced[pod.uid] = f"its planned GPUs are held by {intruder.key}, which kubegang did not place"
+        if pod.index not in self._displaced.setdefault(pod.owner, {}):
+            self._new_intrusions += 1
+            log.warning("pod %s bound to %s holds GPUs planned for pod %s", intruder.key, pod.node, pod.key)
+        self._displaced[pod.owner][pod.index] = Displacement(pod.index, pod.node, intruder.key)
+
+    def _displace(self, snap: Snapshot, intruder: HeldPod) -> None:
+        """Make room for a bound pod that does not fit: drop the plans on its node (unclaimed reservation
+        slots, then unbound gang pods), fewest first, and remember each as displaced by it."""
+        plans: list[tuple[str, int, HeldPod | None]] = []
+        for job, reservation in self._reservations.items():
+            plans += [(job, a.pod, None) for a in reservation.placement.assignments
+                      if a.pod in reservation.held and a.node == intruder.node and job != intruder.owner]
+        plans += [(h.owner, h.index, h) for h in self._pods.values()
+                  if h.node == intruder.node and not h.bound and h.owner != intruder.owner
+                  and h.uid not in self._unplaced and h.uid not in self._displaced_pods]
+        for job, index, pod in plans:
+            snap.release(job, index)
+            if pod is None:
+                reservation = self._reservations[job]
+                reservation.held.discard(index)
+                if not reservation.held:
+                    del self._reservations[job]
+            else:
+                self._displaced_pods.add(pod.uid)
+                self._unplaced[pod.uid] = f"its planned GPUs are held by {intruder.key}, which kubegang did not place"
+            if index not in self._displaced.setdefault(job, {}):
+                self._new_intrusions += 1
+                log.warning("pod %s bound to %s took GPUs planned for pod %d of job %s", intruder.key,
+                            intruder.node, index, job)
+            self._displaced[job][index] = Displacement(index, intruder.node, intruder.key)
+            try:
+                self._allocate_pod(snap, intruder)
+            except AllocationError:
+                continue
+            del self._unplaced[intruder.uid]
+            return
 
     def _compile(self) -> TopologyIndex:
         """The topology index; an inconsistency degrades only the nodes involved (``_quarantine``)."""

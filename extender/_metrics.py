@@ -51,6 +51,12 @@ class ExtenderMetrics:
             "Gang reservations held in memory and not yet turned into pods.",
             registry=self.registry,
         )
+        self.intrusions = Counter(
+            "kubegang_extender_intrusions_total",
+            "Gang slots whose planned GPUs a pod kubegang did not place took (another scheduler, a manual "
+            "nodeName, a namespace opted out of routing); each is re-placed by the operator (Repair).",
+            registry=self.registry,
+        )
         self.watch_restarts = Counter(
             "kubegang_extender_watch_restarts_total",
             "Watch streams restarted, per resource and reason (gone, error, closed).",

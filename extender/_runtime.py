@@ -49,6 +49,7 @@ def publish(ledger: Ledger, metrics: ExtenderMetrics) -> None:
         for state, count in states.items():
             metrics.gpus.labels(state, product).set(count)
     metrics.reservations.set(ledger.reservation_count)
+    metrics.intrusions.inc(ledger.take_intrusions())
 
 
 async def _housekeeping(ledger: Ledger, metrics: ExtenderMetrics, feed: ClusterFeed, every: float,

@@ -15,11 +15,12 @@ import grpc
 from google.protobuf.message import Message
 
 from kubegang._generated.placement.v1 import placement_pb2 as pb
-from kubegang.extender._authority import ReserveOutcome, WhatIfOutcome
+from kubegang.extender._authority import RepairOutcome, ReserveOutcome, WhatIfOutcome
 from kubegang.extender._convert import (
     gang_to_proto,
     placement_to_proto,
     plan_result,
+    repair_outcome,
     reserve_outcome,
     what_if_outcome,
 )
@@ -57,6 +58,7 @@ class PlacementClient:
         self._reserve = self._method("Reserve", pb.ReserveResponse)
         self._release = self._method("Release", pb.ReleaseResponse)
         self._what_if = self._method("WhatIf", pb.WhatIfResponse)
+        self._repair = self._method("Repair", pb.RepairResponse)
         self._timeout = timeout
 
     @classmethod
@@ -109,6 +111,12 @@ class PlacementClient:
         """Drop the gang's reservation; returns the GPUs freed (0 when nothing was held)."""
         resp = await self._release(pb.ReleaseRequest(job_uid=job_uid), timeout=self._deadline(deadline_s))
         return int(resp.gpus_freed)
+
+    async def repair(self, gang: GangRequest, *, ttl_seconds: int = 0, namespace: str = "", name: str = "",
+                     deadline_s: float | None = None) -> RepairOutcome:
+        """Place again the slots of ``gang`` that pods kubegang did not place took; hold them."""
+        req = pb.RepairRequest(gang=gang_to_proto(gang, namespace=namespace, name=name), ttl_seconds=ttl_seconds)
+        return repair_outcome(await self._repair(req, timeout=self._deadline(deadline_s)), gang.id)
 
     async def what_if(self, gang: GangRequest, candidates: list[str], *, namespace: str = "",
                       name: str = "", deadline_s: float | None = None) -> WhatIfOutcome:

@@ -17,7 +17,7 @@ from kubegang.api import Placement, ReplicaPlacement
 from kubegang.extender.client import PlacementClient
 from kubegang.levels import Level
 from kubegang.operator._job import JobView
-from kubegang.operator._types import PlanResult, Verdict
+from kubegang.operator._types import Moved, PlanResult, RepairResult, Verdict
 from kubegang.placement import MILLI, GangRequest
 from kubegang.placement import Placement as CorePlacement
 
@@ -102,6 +102,20 @@ class ExtenderPlacement:
         except grpc.aio.AioRpcError as exc:
             # The reservation lapses on its own (TTL); log so a stuck extender is visible.
             log.error("releasing the reservation of job %s failed: %s", job_uid, exc.details())
+
+    async def repair(self, job: JobView) -> RepairResult:
+        try:
+            outcome = await self.client.repair(
+                gang_request(job, job.excluded_nodes), ttl_seconds=self.reservation_ttl_seconds,
+                namespace=job.namespace, name=job.name,
+            )
+        except grpc.aio.AioRpcError as exc:
+            log.error("Repair for %s failed: %s", job.key, exc.details())
+            return RepairResult(None, (), f"extender unavailable ({exc.code().name})")
+        moved = tuple(Moved(d.index, d.node, d.intruder) for d in outcome.displaced)
+        if isinstance(outcome.result, CorePlacement):
+            return RepairResult(api_placement(outcome.result), moved)
+        return RepairResult(None, moved, outcome.result.reason)
 
     async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> list[str] | None:
         try:

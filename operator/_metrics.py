@@ -22,6 +22,12 @@ QUEUE_ADMITTED_JOBS = Gauge(
 )
 JOBS_ADMITTED = Counter("kubegang_jobs_admitted_total", "Gangs admitted.", ["queue"], registry=REGISTRY)
 JOBS_PREEMPTED = Counter("kubegang_jobs_preempted_total", "Gangs evicted whole.", ["queue"], registry=REGISTRY)
+GANG_REPAIRS = Counter(
+    "kubegang_gang_repairs_total",
+    "Gangs whose slots pods kubegang did not place took: re-placed near the gang (moved) or requeued whole.",
+    ["outcome"],
+    registry=REGISTRY,
+)
 GANG_RESTARTS = Counter(
     "kubegang_gang_restarts_total",
     "Whole-gang restarts after a pod failure or timeout.",

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from kubegang.api import Placement
 from kubegang.operator._job import JobView
-from kubegang.operator._types import PlanResult, Verdict
+from kubegang.operator._types import PlanResult, RepairResult, Verdict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +95,10 @@ class PlacementPort(Protocol):
 
     async def release(self, job_uid: str) -> None:
         """Drop the reservation of ``job_uid`` (no-op when there is none)."""
+        ...
+
+    async def repair(self, job: JobView) -> RepairResult:
+        """Re-place (and hold) the slots of admitted ``job`` whose GPUs pods kubegang did not place took."""
         ...
 
     async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> list[str] | None:

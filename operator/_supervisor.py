@@ -14,10 +14,19 @@ from typing import Any
 from kubegang.operator import _metrics as metrics
 from kubegang.operator._admission import Admission, requeue_patch
 from kubegang.operator._conditions import Phase, now_rfc3339, transition
+from kubegang.operator._gang_objects import build_pod
 from kubegang.operator._job import JobView
 from kubegang.operator._lifecycle import Action, Decision, decide
+from kubegang.operator._types import RepairResult, WaitReason
 
 log = logging.getLogger("kubegang.operator.supervisor")
+
+REPAIR_INTERVAL_SECONDS = 2.0
+"""How often an admitted gang whose pods are not all bound asks the extender whether a pod kubegang did
+not place took some of its GPUs (``Repair``): a displaced slot is re-placed within seconds instead of
+the gang sitting out ``gangTimeoutSeconds`` with most of its GPUs held."""
+RECREATE_ATTEMPTS = 20
+"""Tries to create a re-placed pod while the displaced one of the same name is still being deleted."""
 
 
 class Supervisor:
@@ -31,6 +40,8 @@ class Supervisor:
         self.concurrency = concurrency
         """Jobs acted on at once in a pass: gangs are independent, and 200 jobs turning Running should
         cost a few round trips of the pass, not 200 in a row."""
+        self._repaired_at: dict[str, float] = {}
+        """Job UID -> clock seconds of its last Repair question."""
 
     async def run_pass(self) -> float | None:
         """Look at every job once; returns the seconds until a timer is due (None: no timer)."""
@@ -54,8 +65,72 @@ class Supervisor:
                 dues.append(decision.recheck_after)
             if decision.action is not Action.NONE or decision.stale_pods:
                 work.append(act(job, decision))
+            if decision.action in (Action.NONE, Action.PROGRESS) and self._waits_for_binding(job):
+                dues.append(REPAIR_INTERVAL_SECONDS)
+                if now.timestamp() - self._repaired_at.get(job.uid, 0.0) >= REPAIR_INTERVAL_SECONDS:
+                    self._repaired_at[job.uid] = now.timestamp()
+                    work.append(self._guarded(job, self.repair(job), slots))
+        self._repaired_at = {uid: t for uid, t in self._repaired_at.items() if uid in self.cache.jobs}
         await asyncio.gather(*work)
         return min(dues, default=None)
+
+    async def _guarded(self, job: JobView, work: Any, slots: asyncio.Semaphore) -> None:
+        async with slots:
+            try:
+                await work
+            except Exception:
+                log.exception("repairing %s failed; retrying next pass", job.key)
+
+    def _waits_for_binding(self, job: JobView) -> bool:
+        """Admitted, its pods created, some of them not bound yet."""
+        if job.phase is not Phase.ADMITTED or not job.status.get("podsCreatedAt"):
+            return False
+        pods = [p for p in self.cache.pods_of(job.uid) if p.attempt == job.attempt and not p.deleting]
+        return len(pods) == job.replicas and any(p.bound_node is None for p in pods)
+
+    async def repair(self, job: JobView) -> RepairResult:
+        """Re-place the slots of ``job`` that pods kubegang did not place took (the extender's Repair).
+
+        Moved slots get a new pod on their new node, the rest of the gang keeps its pods; when no place
+        is found near the gang, it is requeued whole at once rather than after its gang timeout.
+        """
+        result = await self.admission.placement.repair(job)
+        if not result.moved:
+            return result
+        intruders = ", ".join(sorted({m.intruder for m in result.moved}))
+        indices = ", ".join(str(m.index) for m in result.moved)
+        metrics.GANG_REPAIRS.labels("moved" if result.placement is not None else "requeued").inc()
+        if result.placement is None:
+            message = (f"pods not placed by kubegang ({intruders}) took the GPUs of replicas {indices}, and no "
+                       f"other place was found near the gang ({result.reason}): requeued whole")
+            await self._requeue(job, Decision(Action.TIMEOUT, WaitReason.GANG_DISPLACED, message))
+            return result
+        moved = {m.index for m in result.moved}
+        for index in sorted(moved):
+            await self.kube.delete("Pod", job.namespace, f"{job.name}-{index}")
+        now = self.admission.clock()
+        where = "; ".join(
+            f"replica {p.index} to {p.node}" for p in result.placement.pods if p.index in moved
+        )
+        message = f"re-placed {where}: their GPUs on the planned nodes were taken by {intruders}"
+        patch = transition(job.status, Phase.ADMITTED, "Repaired", message, now=now)
+        patch["placement"] = result.placement.to_dict()
+        await self._write(job, patch)
+        placed = self.cache.job(job.uid) or job
+        for slot in result.placement.pods:
+            if slot.index in moved:
+                await self._recreate(build_pod(placed, slot, master_port=self.admission.master_port,
+                                               shared_gpu_resource=self.admission.shared_gpu_resource))
+        self.admission.notify(job, "Repaired", message, warning=True)
+        log.warning("%s: %s", job.key, message)
+        return result
+
+    async def _recreate(self, pod: dict[str, Any]) -> None:
+        for _ in range(RECREATE_ATTEMPTS):
+            if await self.kube.create(pod):
+                return
+            await asyncio.sleep(0.25)  # the displaced pod of that name is still being deleted
+        raise RuntimeError(f"pod {pod['metadata']['name']} still exists after its deletion")
 
     async def supervise(self, job: JobView, decision: Decision | None = None) -> Decision:
         """Decide (unless ``decision`` is given) and act for one job."""

@@ -44,6 +44,9 @@ class WaitReason(enum.StrEnum):
     NO_GPUS_REQUESTED = "NoGPUsRequested"
     """The job asks for no GPU at all (gpusPerReplica 0, no limit, no gpuFraction): kubegang places
     GPU gangs; such pods need no gang reservation."""
+    GANG_DISPLACED = "GangDisplaced"
+    """Pods kubegang did not place took GPUs of the gang's slots and no other place was found near the
+    rest of it: the gang is requeued whole (the message names the pods)."""
     ADMISSION_ERROR = "AdmissionError"
     """Handling this job failed (a bug, a refused write); it is retried with backoff, others go on."""
 
@@ -72,3 +75,27 @@ class PlanResult:
     """Why it does not fit (for the Queued condition)."""
     never: bool = False
     """True when no node or domain of the cluster as it is could ever hold the gang."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Moved:
+    """A gang slot that had to move because a pod kubegang did not place took its GPUs."""
+
+    index: int
+    """The replica index."""
+    node: str
+    """The node it was planned on."""
+    intruder: str
+    """``namespace/name`` of the pod that holds those GPUs now."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RepairResult:
+    """The extender's answer to Repair."""
+
+    placement: Placement | None
+    """The whole gang's placement now; None when the moved slots fit nowhere (or no answer came)."""
+    moved: tuple[Moved, ...] = ()
+    """Slots that moved (empty: nothing was displaced)."""
+    reason: str = ""
+    """Why there is no placement."""

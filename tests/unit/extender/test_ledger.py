@@ -324,12 +324,15 @@ def test_waiting_gpu_pods_are_requeued_once_when_reserved_gpus_are_freed_quietly
     assert restarted.take_requeue(10) == [("ns", "p-w4")]
 
 
-def test_pods_that_did_not_fit_are_placed_once_a_reservation_frees_their_gpus() -> None:
+def test_a_bound_pod_takes_its_gpus_from_a_reservation_and_pods_that_did_not_fit_are_placed_later() -> None:
     ledger = make(1)
     reserve(ledger, "job-1", pods=1)
     ledger.upsert_pod(pod("late", 8, node_name="n0"))    # bound by someone else: the API wins
-    assert ledger.snapshot()["unplaced"]
-    ledger.release("job-1")
+    assert not ledger.snapshot()["unplaced"] and ledger.reservation_count == 0
+    assert free(ledger) == {"n0": 0}
+    ledger.upsert_pod(pod("later", 8, node_name="n0"))   # over-committed by another scheduler
+    assert list(ledger.snapshot()["unplaced"]) == ["later"]
+    ledger.delete_pod("late")
     assert not ledger.snapshot()["unplaced"]
     assert free(ledger) == {"n0": 0}
 
@@ -530,3 +533,49 @@ def test_a_share_annotation_without_a_planned_gpu_is_refused_with_the_annotation
     body["metadata"]["annotations"]["kubegang.io/gpu-milli"] = "250"
     with pytest.raises(DemandError, match=r"kubegang\.io/gpu-milli"):
         pod_demand(Pod.model_validate(body))
+
+
+def test_a_pod_bound_onto_reserved_gpus_displaces_that_slot_and_repair_places_it_near_the_rest() -> None:
+    ledger = make(4)  # leaves: n0,n1 | n2,n3
+    placement = reserve(ledger, "job-1", pods=2)
+    slot1 = placement.assignments[1].node
+    ledger.upsert_pod(pod("intruder", 8, node_name=slot1))  # another scheduler bound it there
+    assert free(ledger)[slot1] == 0  # the bound pod holds the node: reality wins over the plan
+    assert ledger.take_intrusions() == 1 and ledger.take_intrusions() == 0
+    gang = GangRequest(id="job-1", pods=2, gpus_per_pod=8)
+    out = ledger.repair(gang, 60)
+    assert isinstance(out.result, Placement)
+    assert [(d.index, d.node, d.intruder) for d in out.displaced] == [(1, slot1, "ns/p-intruder")]
+    moved = out.result.assignments[1].node
+    assert moved not in (slot1, placement.assignments[0].node)
+    assert out.result.assignments[0] == placement.assignments[0]
+    assert free(ledger)[moved] == 0  # held for the gang again
+    again = ledger.repair(gang, 60)
+    assert again.displaced == () and again.result == out.result
+
+
+def test_an_unbound_gang_pod_whose_gpus_an_intruder_took_is_displaced_and_its_replacement_claims_the_repair() -> None:
+    ledger = make(4)
+    placement = reserve(ledger, "job-1", pods=2)
+    for a in placement.assignments:
+        ledger.upsert_pod(pod(f"g{a.pod}", 8, pinned=a.node, gpu_idx=",".join(map(str, a.gpus)), job="job-1",
+                              index=a.pod))
+    slot1 = placement.assignments[1].node
+    ledger.upsert_pod(pod("intruder", 8, node_name=slot1))
+    assert free(ledger)[slot1] == 0
+    out = ledger.repair(GangRequest(id="job-1", pods=2, gpus_per_pod=8), 60)
+    assert isinstance(out.result, Placement) and [d.index for d in out.displaced] == [1]
+    new = out.result.assignments[1]
+    ledger.delete_pod("g1")
+    ledger.upsert_pod(pod("g1b", 8, pinned=new.node, gpu_idx=",".join(map(str, new.gpus)), job="job-1", index=1))
+    assert ledger.reservation_count == 0  # the new pod took over the repaired slot
+    held = {h["pod"]: h["node"] for h in ledger.snapshot()["pods"].values()}
+    assert held == {"ns/p-g0": placement.assignments[0].node, "ns/p-g1b": new.node, "ns/p-intruder": slot1}
+
+
+def test_repair_says_so_when_the_displaced_slot_fits_nowhere() -> None:
+    ledger = make(2)
+    reserve(ledger, "job-1", pods=2)
+    ledger.upsert_pod(pod("intruder", 8, node_name="n1"))
+    out = ledger.repair(GangRequest(id="job-1", pods=2, gpus_per_pod=8), 60)
+    assert not isinstance(out.result, Placement) and [d.intruder for d in out.displaced] == ["ns/p-intruder"]

@@ -67,7 +67,7 @@ from kubegang.api import Placement, ReplicaPlacement  # noqa: E402
 from kubegang.operator._cache import ClusterCache  # noqa: E402
 from kubegang.operator._job import JobView  # noqa: E402
 from kubegang.operator._ports import Candidate, QueueUsage  # noqa: E402
-from kubegang.operator._types import PlanResult, Verdict  # noqa: E402
+from kubegang.operator._types import PlanResult, RepairResult, Verdict  # noqa: E402
 
 
 class FakeQuota:
@@ -179,6 +179,9 @@ class FakePlacement:
         if placement is not None:
             for slot in placement.pods:
                 self.free[slot.node] += len(slot.gpus)
+
+    async def repair(self, job: JobView) -> RepairResult:
+        return RepairResult(self.reserved.get(job.uid))  # nothing in this fake takes reserved GPUs
 
     async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> list[str] | None:
         free = dict(self.free)

@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from kubegang.api import GPUJob
-from kubegang.extender._authority import ReserveOutcome, WhatIfOutcome
+from kubegang.extender._authority import RepairOutcome, ReserveOutcome, WhatIfOutcome
 from kubegang.extender._ledger import Ledger
 from kubegang.operator._admission import Admission, AdmitResult
+from kubegang.operator._supervisor import Supervisor
 from kubegang.operator._cache import ClusterCache
 from kubegang.operator._conditions import CondType, get_condition
 from kubegang.operator._extender_placement import ExtenderPlacement
@@ -55,6 +56,10 @@ class InProcessClient:
                       name: str = "") -> WhatIfOutcome:
         return self.ledger.what_if(gang, list(candidates))
 
+    async def repair(self, gang: GangRequest, *, ttl_seconds: int = 0, namespace: str = "",
+                     name: str = "") -> RepairOutcome:
+        return self.ledger.repair(gang, ttl_seconds or 120)
+
 
 def _node(name: str, gpus: int = 8) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": {"kubegang.io/leaf": f"leaf-{name[-1]}"}}, "spec": {},
@@ -83,6 +88,7 @@ class RealWorld:
         self.kube = FakeKube()
         self.quota = QuotaBook(priority_of=self.cache.priority_of)
         self.admission = Admission(self.cache, self.quota, ExtenderPlacement(self.client), self.kube)  # type: ignore[arg-type]
+        self.supervisor = Supervisor(self.admission)
 
     def submit(self, body: dict[str, Any]) -> None:
         self.cache.upsert_job(body)
@@ -241,3 +247,33 @@ async def test_whatever_jobs_the_schema_accepts_a_normal_job_behind_them_is_admi
     assert ("normal/normal", AdmitResult.ADMITTED) in [(o.job, o.result) for o in outcomes]
     for outcome in outcomes:
         assert outcome.result is not AdmitResult.ERROR, outcome
+
+
+async def test_a_pod_kubegang_did_not_place_takes_a_slot_and_the_gang_is_re_placed_within_seconds() -> None:
+    """Issue 18: a serving pod bound onto a reserved node held 15 of 16 pods for the whole gang timeout."""
+    w = RealWorld()
+    w.submit(make_job_body("big", namespace="team-a", queue="team-a", replicas=2, gpus=8))
+    [admitted] = await w.cycle()
+    assert admitted.result is AdmitResult.ADMITTED
+    created = {p["metadata"]["name"]: p for p in w.kube.pods()}
+    for i, body in enumerate(created.values()):  # the pods exist, pinned, not bound yet
+        echo = {**body, "metadata": {**body["metadata"], "uid": f"pod-uid-{i}"}}
+        w.cache.upsert_pod(echo)
+        w.ledger.upsert_pod(echo)
+    taken = created["big-1"]["metadata"]["annotations"]["kubegang.io/node"]
+    intruder = {"metadata": {"name": "web-0", "namespace": "serving", "uid": "web-uid"},
+                "spec": {"nodeName": taken, "containers": [
+                    {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}, "status": {"phase": "Running"}}
+    w.ledger.upsert_pod(intruder)
+    await w.supervisor.run_pass()
+    await w.admission.settle()
+    assert ("Pod", "team-a", "big-1") in w.kube.deleted
+    replaced = next(p for p in w.kube.pods() if p["metadata"]["name"] == "big-1")
+    new_node = replaced["metadata"]["annotations"]["kubegang.io/node"]
+    assert new_node not in (taken, created["big-0"]["metadata"]["annotations"]["kubegang.io/node"])
+    status = w.status("team-a/big")
+    assert {p["index"]: p["node"] for p in status["placement"]["pods"]}[1] == new_node
+    cond = get_condition(status["conditions"], CondType.ADMITTED)
+    assert cond is not None and cond["reason"] == "Repaired" and "serving/web-0" in cond["message"]
+    assert any(e[:2] == ("team-a/big", "Repaired") and "serving/web-0" in e[2] for e in w.kube.events)
+    assert ("Pod", "team-a", "big-0") not in w.kube.deleted  # the rest of the gang keeps its pods

@@ -182,3 +182,35 @@ class WhatIfResponse(_message.Message):
     reasons: _containers.RepeatedScalarFieldContainer[str]
     shortfall: Shortfall
     def __init__(self, feasible: _Optional[bool] = ..., victim_job_uids: _Optional[_Iterable[str]] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ..., shortfall: _Optional[_Union[Shortfall, _Mapping]] = ...) -> None: ...
+
+class RepairRequest(_message.Message):
+    __slots__ = ("gang", "ttl_seconds")
+    GANG_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    gang: Gang
+    ttl_seconds: int
+    def __init__(self, gang: _Optional[_Union[Gang, _Mapping]] = ..., ttl_seconds: _Optional[int] = ...) -> None: ...
+
+class Displacement(_message.Message):
+    __slots__ = ("pod_index", "node", "intruder")
+    POD_INDEX_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    INTRUDER_FIELD_NUMBER: _ClassVar[int]
+    pod_index: int
+    node: str
+    intruder: str
+    def __init__(self, pod_index: _Optional[int] = ..., node: _Optional[str] = ..., intruder: _Optional[str] = ...) -> None: ...
+
+class RepairResponse(_message.Message):
+    __slots__ = ("feasible", "placement", "displaced", "reasons", "shortfall")
+    FEASIBLE_FIELD_NUMBER: _ClassVar[int]
+    PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    DISPLACED_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    SHORTFALL_FIELD_NUMBER: _ClassVar[int]
+    feasible: bool
+    placement: GangPlacement
+    displaced: _containers.RepeatedCompositeFieldContainer[Displacement]
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    shortfall: Shortfall
+    def __init__(self, feasible: _Optional[bool] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., displaced: _Optional[_Iterable[_Union[Displacement, _Mapping]]] = ..., reasons: _Optional[_Iterable[str]] = ..., shortfall: _Optional[_Union[Shortfall, _Mapping]] = ...) -> None: ...

@@ -54,6 +54,11 @@ class PlacementStub:
                 request_serializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.WhatIfRequest.SerializeToString,
                 response_deserializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.WhatIfResponse.FromString,
                 _registered_method=True)
+        self.Repair = channel.unary_unary(
+                '/kubegang.placement.v1.Placement/Repair',
+                request_serializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairRequest.SerializeToString,
+                response_deserializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairResponse.FromString,
+                _registered_method=True)
 
 
 class PlacementServicer:
@@ -87,6 +92,14 @@ class PlacementServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Repair(self, request, context):
+        """Place again the slots of an admitted gang whose planned GPUs a pod kubegang did not place took
+        (another scheduler, a manual nodeName), near the gang's other pods, and hold them. Idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlacementServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +122,11 @@ def add_PlacementServicer_to_server(servicer, server):
                     servicer.WhatIf,
                     request_deserializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.WhatIfRequest.FromString,
                     response_serializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.WhatIfResponse.SerializeToString,
+            ),
+            'Repair': grpc.unary_unary_rpc_method_handler(
+                    servicer.Repair,
+                    request_deserializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairRequest.FromString,
+                    response_serializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -219,6 +237,33 @@ class Placement:
             '/kubegang.placement.v1.Placement/WhatIf',
             kubegang_dot_placement_dot_v1_dot_placement__pb2.WhatIfRequest.SerializeToString,
             kubegang_dot_placement_dot_v1_dot_placement__pb2.WhatIfResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Repair(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kubegang.placement.v1.Placement/Repair',
+            kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairRequest.SerializeToString,
+            kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairResponse.FromString,
             options,
             channel_credentials,
             insecure,

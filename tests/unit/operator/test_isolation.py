@@ -18,11 +18,11 @@ from kubegang.api import GPUJob
 from kubegang.extender._authority import RepairOutcome, ReserveOutcome, WhatIfOutcome
 from kubegang.extender._ledger import Ledger
 from kubegang.operator._admission import Admission, AdmitResult
-from kubegang.operator._supervisor import Supervisor
 from kubegang.operator._cache import ClusterCache
 from kubegang.operator._conditions import CondType, get_condition
 from kubegang.operator._extender_placement import ExtenderPlacement
 from kubegang.operator._quota_book import QuotaBook
+from kubegang.operator._supervisor import Supervisor
 from kubegang.operator._types import WaitReason
 from kubegang.placement import GangRequest, Placement, PlanResult
 

@@ -89,3 +89,18 @@ affinity:
 priorityClassName: {{ . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The kubegang scheduler profile's name, read from files/kubegang-scheduler.yaml (the one scheduler
+configuration): the GPU routing policy sends pods to exactly the profile the chart's scheduler runs.
+*/}}
+{{- define "kubegang.schedulerName" -}}
+{{- $line := regexFind "(?m)^\\s*-\\s*schedulerName:\\s*\\S+" (.Files.Get "files/kubegang-scheduler.yaml") -}}
+{{- if not $line -}}
+{{- fail "files/kubegang-scheduler.yaml names no profile (profiles[0].schedulerName)" -}}
+{{- end -}}
+{{- regexReplaceAll "^.*schedulerName:\\s*" $line "" | trimAll "\"'" -}}
+{{- end -}}
+
+{{/* Namespace and pod label whose value "disabled" opts out of GPU routing (templates/gpu-routing.yaml). */}}
+{{- define "kubegang.routingLabel" -}}kubegang.io/routing{{- end -}}

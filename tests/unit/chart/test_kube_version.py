@@ -17,7 +17,9 @@ import pytest
 import yaml
 
 HelmRun = Any  # conftest.HelmRun
+MAP = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"
 TOO_OLD = "kubegang needs Kubernetes 1.30 or newer"
+NO_MAP = "gpuRouting.enabled needs admissionregistration.k8s.io/v1 MutatingAdmissionPolicy"
 
 
 def _cluster(version: str, *apis: str) -> list[str]:
@@ -33,7 +35,7 @@ def test_helm_template_without_any_flag(run_helm: HelmRun, chart_dir: Path) -> N
     """What Argo CD and plain `helm template` do: no release name, no --kube-version, no --namespace."""
     out = run_helm("template", str(chart_dir)).stdout
     kinds = {d["kind"] for d in yaml.safe_load_all(out) if d}
-    assert {"Deployment", "DaemonSet", "CustomResourceDefinition"} <= kinds
+    assert {"Deployment", "DaemonSet", "CustomResourceDefinition", "MutatingAdmissionPolicy"} <= kinds
 
 
 def test_helm_lint_strict_without_kube_version(run_helm: HelmRun, chart_dir: Path) -> None:
@@ -56,10 +58,13 @@ def test_offline_capabilities_list_no_kinds(run_helm: HelmRun, tmp_path: Path) -
 
 
 @pytest.mark.parametrize(("version", "sets", "apis", "error"), [
-    ("1.29.4", [], [], TOO_OLD),
-    ("1.30.0", [], [], None),
-    ("1.36.3", [], [], None),
-    ("1.36.3-gke.1200", [], [], None),  # provider builds carry a pre-release suffix
+    ("1.29.4", [], [MAP], TOO_OLD),
+    ("1.29.4", ["gpuRouting.enabled=false"], [], TOO_OLD),
+    ("1.35.2", [], [], NO_MAP),
+    ("1.36.3", [], [], NO_MAP),  # 1.36 with the API turned off (--runtime-config)
+    ("1.35.2", ["gpuRouting.enabled=false"], [], None),
+    ("1.36.3", [], [MAP], None),
+    ("1.36.3-gke.1200", [], [MAP], None),  # provider builds carry a pre-release suffix
 ])
 def test_a_clusters_version_and_apis_are_checked(run_helm: HelmRun, chart_dir: Path, version: str,
                                                  sets: list[str], apis: list[str], error: str | None) -> None:

@@ -3,7 +3,9 @@
 The three processes run as local Python processes against the cluster that ``devcluster.py``
 started, exactly as the Helm chart would run them in pods, but without images (none can be built
 or pulled here). kube-scheduler is restarted with the kubegang profile and the extender, rendered
-from the one scheduler configuration template (``config/scheduler``) the chart uses too.
+from the one scheduler configuration template (``config/scheduler``) the chart uses too. The chart's
+GPU routing policy (``templates/gpu-routing.yaml``, rendered by helm) is applied as well, so GPU pods
+that name no scheduler go to kubegang here exactly as on a cluster installed with Helm.
 
 Each process gets its own pid file in the cluster folder, so ``hack/cluster down`` stops them with
 the rest; ``hack/cluster kubegang down`` stops only these.
@@ -12,6 +14,7 @@ the rest; ``hack/cluster kubegang down`` stops only these.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 import urllib.request
@@ -26,6 +29,9 @@ from kubegang.testing import free_port
 REPO = dc.REPO
 NAMESPACE = "kubegang-system"
 REPLAY_DIR = REPO / "tests" / "fixtures" / "nvml"
+# The chart's GPU routing policy, rendered for a release named like this stack (objects kubegang-*).
+ROUTING_RELEASE = "kubegang"
+ROUTING_TEMPLATE = "templates/gpu-routing.yaml"
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,7 @@ def _up(paths: dc.Paths, operators: int) -> StackPorts:
     extender_config = paths.root / "kubegang-scheduler-extender.yaml"
     extender_config.write_text(yaml.safe_dump({"profiles": rendered["profiles"], "extenders": rendered["extenders"]}))
     dc.restart_scheduler(paths, extender_config)
+    apply_gpu_routing(paths)
 
     # 3. One replay agent serves every fake node, as a DaemonSet would serve each real one.
     dc.start(paths, "kubegang-agent", [
@@ -125,6 +132,32 @@ def _up(paths: dc.Paths, operators: int) -> StackPorts:
     return ports
 
 
+def gpu_routing_manifest() -> str:
+    """The chart's GPU routing policy and binding, as `helm install kubegang -n kubegang-system` renders them."""
+    proc = subprocess.run([str(dc.binary("helm")), "template", ROUTING_RELEASE, str(REPO / "charts" / "kubegang"),
+                           "--namespace", NAMESPACE, "--show-only", ROUTING_TEMPLATE],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise dc.ClusterError(f"helm template --show-only {ROUTING_TEMPLATE} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _routed(paths: dc.Paths) -> bool:
+    """Does the API server apply the policy yet? A GPU pod created with --dry-run=server tells."""
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kubegang-routing-probe", "namespace": "default"},
+             "spec": {"containers": [{"name": "probe", "image": "probe",
+                                      "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    out = dc.kubectl(paths, "create", "--dry-run=server", "-f", "-", "-o", "jsonpath={.spec.schedulerName}",
+                     input_text=json.dumps(probe), check=False)
+    return out == "kubegang"
+
+
+def apply_gpu_routing(paths: dc.Paths) -> None:
+    dc.kubectl(paths, "apply", "--server-side", "--force-conflicts", "-f", "-", input_text=gpu_routing_manifest())
+    # Policies reach admission through an informer: wait until a GPU pod really is routed.
+    dc.wait_for(paths, "gpu-routing policy", lambda: _routed(paths), 30)
+
+
 def component_names(paths: dc.Paths) -> list[str]:
     return sorted(p.stem for p in paths.pids.glob("kubegang-*.pid")) if paths.pids.exists() else []
 
@@ -135,8 +168,14 @@ def down(paths: dc.Paths, quiet: bool = False) -> None:
         dc.stop(paths, name)
     (paths.root / "kubegang.json").unlink(missing_ok=True)
     # Without its extender the kubegang profile would hold every GPU pod (the extender is not
-    # ignorable), so kube-scheduler goes back to the default profile alone.
-    if names and dc.status(paths, quiet=True):
-        dc.restart_scheduler(paths, None)
+    # ignorable), so GPU pods are no longer routed to it and kube-scheduler goes back to the default
+    # profile alone.
+    if dc.status(paths, quiet=True):
+        try:
+            dc.kubectl(paths, "delete", "--ignore-not-found", "-f", "-", input_text=gpu_routing_manifest())
+        except dc.ClusterError as exc:  # still put the scheduler back; say what is left
+            dc.log(f"GPU routing policy not removed: {exc}")
+        if names:
+            dc.restart_scheduler(paths, None)
     if not quiet:
         dc.log("kubegang processes stopped")

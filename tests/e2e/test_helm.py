@@ -2,9 +2,11 @@
 
 Everything the chart renders is accepted by the API server (CEL, admission, RBAC escalation checks);
 every workload pod is placed by the default scheduler on a kwok node and turns Running; the agent's
-ValidatingAdmissionPolicy really refuses writes to other nodes; `helm uninstall` leaves nothing but the
-kept CRDs. ServiceMonitor, PrometheusRule and cert-manager objects need CRDs this cluster does not have,
-so those toggles are checked in template mode (tests/unit/chart) and with promtool instead.
+ValidatingAdmissionPolicy really refuses writes to other nodes; the GPU routing policy really routes
+GPU pods to kubegang; `helm uninstall` leaves nothing but the kept CRDs. The chart's version check
+sees the cluster through discovery (the kinds it lists), never through Helm's offline guess.
+ServiceMonitor, PrometheusRule and cert-manager objects need CRDs this cluster does not have, so those
+toggles are checked in template mode (tests/unit/chart) and with promtool instead.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ CHART = REPO / "charts" / "kubegang"
 RELEASE = "kg-e2e"
 CRDS = ("gpujobs.kubegang.io", "gpuqueues.kubegang.io", "gpunodes.kubegang.io")
 POLICY = "kubegang-agent-own-node-only"
+MIG = "nvidia.com/mig-1g.10gb"
 
 
 def _adopt(cluster: Cluster, kind: str, name: str, namespace: str) -> None:
@@ -76,7 +79,8 @@ def test_install_run_and_uninstall(cluster: Cluster, namespace: str, tmp_path: P
     try:
         objects = _manifest(cluster, namespace)
         kinds = {o["kind"] for o in objects}
-        assert {"CustomResourceDefinition", "Deployment", "DaemonSet", "ValidatingAdmissionPolicy"} <= kinds
+        assert {"CustomResourceDefinition", "Deployment", "DaemonSet", "ValidatingAdmissionPolicy",
+                "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} <= kinds
         for obj in objects:  # every object the chart rendered exists as the API server stored it
             cluster.kubectl("get", *_ref(obj, namespace))
 
@@ -101,6 +105,7 @@ def test_install_run_and_uninstall(cluster: Cluster, namespace: str, tmp_path: P
         _check_agent_policy(cluster, tmp_path, namespace, gpu_nodes[0].removeprefix("node/"),
                             gpu_nodes[1].removeprefix("node/"))
         _check_upgrade_keeps_certificates(cluster, namespace)
+        _check_gpu_routing(cluster, namespace)
     except BaseException:
         cluster.helm("uninstall", RELEASE, "-n", namespace, check=False)
         raise
@@ -155,6 +160,47 @@ def _check_upgrade_keeps_certificates(cluster: Cluster, namespace: str) -> None:
     cluster.helm("upgrade", RELEASE, str(CHART), "-n", namespace, "--reuse-values",
                  "--set", "operator.logLevel=DEBUG", "--wait", "--timeout", "5m", timeout=400)
     assert secret() == before, "helm upgrade must keep the CA and certificates (lookup)"
+
+
+def _scheduler_for(cluster: Cluster, namespace: str, resource: str) -> str:
+    """The schedulerName admission gives a pod that limits ``resource`` (created with --dry-run=server)."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "routing-probe", "namespace": namespace},
+           "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                    "resources": {"limits": {resource: "1"}}}]}}
+    proc = cluster.kubectl("create", "--dry-run=server", "-f", "-", "-o", "jsonpath={.spec.schedulerName}",
+                           input=json.dumps(pod))
+    return str(proc.stdout)
+
+
+def _check_gpu_routing(cluster: Cluster, namespace: str) -> None:
+    """The chart's routing policy as the API server runs it, with a resource list from the values.
+
+    The session's kubegang stack may run its own copy of the policy (hack/localstack.py applies the
+    same template), which lists nvidia.com/gpu only: a MIG resource that only this release lists tells
+    the two apart.
+    """
+    cluster.helm("upgrade", RELEASE, str(CHART), "-n", namespace, "--reuse-values",
+                 "--set", f"gpuRouting.resourceNames={{nvidia.com/gpu,{MIG}}}", timeout=300)
+    policy = cluster.get_json("mutatingadmissionpolicy", f"{RELEASE}-kubegang-gpu-routing")
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    cluster.wait_for("the release's policy to route a MIG pod",
+                     lambda: _scheduler_for(cluster, "default", MIG) == "kubegang", timeout=30)
+    assert _scheduler_for(cluster, namespace, MIG) == "default-scheduler", "the release namespace is never routed"
+
+
+def test_version_check_sees_the_clusters_discovery(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
+    """templates/kube-version.yaml checks only when .Capabilities list kinds: real discovery does."""
+    chart = tmp_path / "probe"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: probe\nversion: 0.0.1\n")
+    (chart / "templates" / "caps.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: caps}\ndata:\n"
+        '  kinds: {{ .Capabilities.APIVersions.Has "v1/Namespace" | quote }}\n'
+        '  map: {{ .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" | quote }}\n'
+        "  version: {{ .Capabilities.KubeVersion.Version | quote }}\n")
+    rendered = yaml.safe_load(cluster.helm("template", "probe", str(chart), "-n", namespace, "--validate").stdout)
+    # So `helm install` above ran the chart's checks, against v1.36 with the routing API: they passed.
+    assert rendered["data"] == {"kinds": "true", "map": "true", "version": cluster.versions["KUBERNETES_VERSION"]}
 
 
 @pytest.fixture(autouse=True)

@@ -39,7 +39,10 @@ def _plain_pod(namespace: str, gang: str, index: int) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": f"{gang}-{index}", "namespace": namespace, "labels": {"plain-gang": gang}},
+        # The opt-out label keeps the chart's GPU routing policy (hack/localstack.py applies it) from
+        # sending these baseline pods to kubegang: they must go through the default scheduler.
+        "metadata": {"name": f"{gang}-{index}", "namespace": namespace,
+                     "labels": {"plain-gang": gang, "kubegang.io/routing": "disabled"}},
         "spec": {
             "schedulerName": "default-scheduler",
             "restartPolicy": "Never",

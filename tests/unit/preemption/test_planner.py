@@ -96,3 +96,20 @@ def test_none_when_even_every_candidate_is_not_enough() -> None:
     snap.allocate(Allocation("a", 0, "node-00000", tuple(range(8))))
     snap.allocate(Allocation("b", 0, "node-00001", tuple(range(8))))
     assert plan_preemption(GangRequest("w", pods=2, gpus_per_pod=8), snap, [Candidate("a")]) is None
+
+
+def test_a_wider_domain_with_the_same_candidates_and_more_room_is_tried() -> None:
+    # Two leaves of 4 nodes under one spine; the gang needs 3 whole nodes in the spine. Leaf 0 is
+    # full (three nodes held by gangs that may not be evicted, one by candidate r1); leaf 1 has two
+    # free nodes. Evicting r1 frees a third node in the spine. Leaf 0 has the same candidates as the
+    # spine but can never hold the gang; the planner used to skip the spine as "the same
+    # candidates as a narrower domain" and answer None.
+    snap = Snapshot(compile_index(uniform_fabric(8, gpus=8, leaf_size=4, spine_size=2)))
+    for i, owner in ((0, "keep-0"), (1, "keep-1"), (2, "keep-2"), (3, "r1"), (6, "keep-6"), (7, "keep-7")):
+        snap.allocate(Allocation(owner, 0, f"node-{i:05d}", tuple(range(8))))
+    for required in (Level.SPINE, None):
+        gang = GangRequest("w", pods=3, gpus_per_pod=8, required_level=required)
+        result = plan_preemption(gang, snap, [Candidate("r1")])
+        assert result is not None, required
+        assert result.victims == ("r1",)
+        assert {a.node for a in result.placement.assignments} == {"node-00003", "node-00004", "node-00005"}

@@ -78,6 +78,14 @@ def parser() -> argparse.ArgumentParser:
         help="extended resource a shared-GPU pod (gpuFraction) requests one of, e.g. nvidia.com/gpu.shared of "
         "the NVIDIA device plugin's time-slicing or MPS mode with renameByDefault; empty: none (see docs/sharing.md)",
     )
+    p.add_argument(
+        "--backfill-reserve-after",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="a queue head blocked this long reserves the nodes it needs, and later jobs are placed around "
+        "them (Slurm's EASY backfill); negative: never (default: 600)",
+    )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return p
 
@@ -103,6 +111,7 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         api_burst=args.api_burst,
         creation_concurrency=args.creation_concurrency,
         shared_gpu_resource=args.shared_gpu_resource or None,
+        backfill_reserve_after_seconds=None if args.backfill_reserve_after < 0 else args.backfill_reserve_after,
         **extra,
     )
 

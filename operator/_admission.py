@@ -1,27 +1,24 @@
-"""The admission cycle: one decision at a time, owned by the leader (Kueue's scheduler, in small).
+"""The leader's admission: it drives the core cycle (``kubegang.admission``) against the cache, the
+quota tree and the extender, and carries out what the cycle decides.
 
-Each cycle takes a fresh look at the cache and walks the heads of the leaf queues. For each head:
+The cycle itself (order, quota, placement, preemption, backfill reservation, a typed outcome per job)
+is the core's ``AdmissionCycle``, the very code the simulator in ``bench/`` runs. This module answers
+its effects, each one at the moment the cycle asks:
 
-1. **Order**: the heads of the leaf queues among waiting jobs, in fair-share order (the quota port).
-2. **Quota**: does the job fit up the GPUQueue tree? Never → Unschedulable with the reason; not now →
-   try preemption, else Queued with the reason.
-3. **Place**: ``Plan`` the whole gang on the extender (failing nodes excluded, previous domain
-   preferred); no room → try preemption, else Queued. Then take the quota and ``Reserve`` the placement.
-4. **Record**: assume the admission in the cache (the next decision counts it) and hand the gang to a
-   bounded set of background tasks, which first confirm it in GPUJob status (phase Admitted,
-   ``status.placement``; a new leader reads admissions from there) ...
-5. **Create**: ... then create the Service / hostfile ConfigMap the framework needs and every pod at
-   once, while the cycle goes on to the next decision.
+- ``Plan`` / ``Reserve`` / ``WhatIf`` / ``Release``: the extender's Placement service (gRPC);
+- ``Evict``: delete the victim's pods, release its reservation and quota, requeue it with a reason;
+- ``Admit``: assume the admission in the cache (the next decision counts it) and hand the gang to a
+  bounded set of background tasks, which first confirm it in GPUJob status (phase Admitted,
+  ``status.placement``; a new leader reads admissions from there), then create the Service / hostfile
+  ConfigMap the framework needs and every pod at once, while the cycle goes on.
 
 Decisions stay sequential: the extender holds the reservation before the next ``Plan``, so capacity
 is never counted twice, while the slow part (one API write per pod) overlaps with later decisions.
 The number of gangs in creation is bounded (back-pressure well inside the reservation TTL). Reports
 that decide nothing (Queued reasons, Events) go to the background lane (``_status_writer``).
 
-A failure at any step undoes the earlier ones in reverse (delete what was created, reset the status,
-release the reservation, give the quota back), so a job is either fully admitted or still waiting.
-Preemption evicts whole gangs, only those the quota policy offers *and* the extender's ``WhatIf`` says
-are needed, and only when their eviction makes the waiting gang fit.
+A failure after the decision undoes the earlier steps in reverse (delete what was created, reset the
+status, release the reservation, give the quota back), so a job is either fully admitted or waiting.
 """
 
 from __future__ import annotations
@@ -29,13 +26,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import enum
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from kubegang.admission import (
+    AdmissionCycle,
+    Admit,
+    AdmitResult,
+    CycleSettings,
+    Effect,
+    Entry,
+    Evict,
+    Plan,
+    Release,
+    Reserve,
+    WaitReason,
+    WhatIf,
+    run_async,
+)
 from kubegang.api import Placement
 from kubegang.operator import _metrics as metrics
 from kubegang.operator._cache import ClusterCache
@@ -51,7 +62,6 @@ from kubegang.operator._gang_objects import DEFAULT_MASTER_PORT, build_gang
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import KubePort, PlacementPort, QuotaPort
 from kubegang.operator._status_writer import StatusWriter
-from kubegang.operator._types import WaitReason
 
 log = logging.getLogger("kubegang.operator.admission")
 
@@ -71,16 +81,6 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-class AdmitResult(enum.StrEnum):
-    """What one admission attempt ended in."""
-
-    ADMITTED = "Admitted"
-    QUEUED = "Queued"
-    UNSCHEDULABLE = "Unschedulable"
-    PREEMPTING = "Preempting"
-    ERROR = "Error"
-
-
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """What one admission attempt ended in (logged, returned for tests)."""
@@ -93,15 +93,6 @@ class Outcome:
     """The reason, as written in the job's condition."""
     reason: WaitReason | None = None
     """The condition reason when not admitted."""
-
-
-CLUSTER_BOUND = WaitReason.NO_NODE_LARGE_ENOUGH
-"""An Unschedulable that the cluster (new nodes), not the queue tree, can change: tried every cycle."""
-
-BACKOFF_FIRST_SECONDS = 1.0
-"""First retry delay of a job whose admission raised; doubled per failure up to ``BACKOFF_MAX_SECONDS``."""
-BACKOFF_MAX_SECONDS = 300.0
-"""Longest retry delay of a failing job (a spec change retries it at once)."""
 
 
 @contextmanager
@@ -126,7 +117,7 @@ class Admission:
         master_port: int = DEFAULT_MASTER_PORT,
         shared_gpu_resource: str | None = None,
         clock: Clock = utcnow,
-        max_rounds: int = 8,
+        settings: CycleSettings | None = None,
         creation_concurrency: int = 32,
         writer: StatusWriter | None = None,
     ) -> None:
@@ -137,11 +128,8 @@ class Admission:
         self.master_port = master_port
         self.shared_gpu_resource = shared_gpu_resource
         self.clock = clock
-        self._preempting: dict[str, frozenset[str]] = {}
-        """Preemptor UID → UIDs of the victims it is waiting for."""
-        self._never: dict[str, int] = {}
-        """UID → generation of jobs found Unschedulable under the current queue tree."""
-        self.max_rounds = max_rounds
+        self.cycle: AdmissionCycle[JobView, Placement] = AdmissionCycle(quota, settings=settings)
+        """The core cycle; it keeps its memos (Unschedulable, backoff, preemptions, reservations)."""
         self.writer = writer or StatusWriter(kube, on_lost=cache.forget)
         self._creating: dict[str, asyncio.Task[None]] = {}
         """UID → the background task creating that gang's objects."""
@@ -149,9 +137,6 @@ class Admission:
         self._background: set[asyncio.Task[Any]] = set()
         self._waiting_written: dict[str, tuple[str, str, float]] = {}
         """UID → (phase, reason, monotonic time) of the last waiting status written."""
-        self._retry_at: dict[str, tuple[int, float, int]] = {}
-        """UID → (generation, monotonic time of the next try, failures so far) of jobs whose handling
-        raised: they wait out a backoff while the cycle serves everyone else."""
 
     # -- housekeeping before a cycle -------------------------------------------------------------
     def sync_queues(self) -> list[str]:
@@ -167,7 +152,7 @@ class Admission:
             # An admission is a fact even if a lowered quota would refuse it today: record, not admit.
             self.quota.record(job)
         self.cache.queues_changed = False
-        self._never.clear()
+        self.cycle.tree_changed()
         return problems
 
     async def release_deleted(self) -> None:
@@ -176,6 +161,7 @@ class Admission:
             uid = self.cache.deleted.pop()
             self.writer.discard(uid)
             self._waiting_written.pop(uid, None)
+            self.cycle.forget(uid)
             self.quota.release(uid)
             await self.placement.release(uid)
 
@@ -201,185 +187,75 @@ class Admission:
 
     # -- the cycle -------------------------------------------------------------------------------
     async def run_cycle(self) -> list[Outcome]:
-        """One pass over the queue heads; returns what happened to each.
-
-        BestEffortFIFO, as in Kueue: a head that cannot be admitted now steps aside for the next job
-        of its queue, for at most ``max_rounds`` rounds per cycle; a head that is preempting holds its
-        queue, so nobody behind it takes the GPUs it is freeing.
-        """
+        """One pass of the core cycle over the waiting jobs; returns what happened to each."""
         if self.cache.queues_changed:
             self.sync_queues()
         await self.release_deleted()
         pending = self.cache.pending()
         self._export_queue_gauges(pending)
-        # Jobs already found Unschedulable are not retried until the tree or the job changes; jobs
-        # whose handling failed wait out their backoff.
-        now = time.monotonic()
-        candidates = [
-            job for job in pending if self._never.get(job.uid) != job.generation and not self._backing_off(job, now)
-        ]
-        outcomes: list[Outcome] = []
-        tried: set[str] = set()
-        held_queues: set[str] = set()
-        for _ in range(self.max_rounds):
-            # (1) Order: heads of the leaf queues, fair share first.
-            with _timed("order"):
-                ordered, failed = self._order(candidates)
-            outcomes.extend(failed)
-            failed_keys = {o.job for o in failed}
-            tried.update(job.uid for job in candidates if job.key in failed_keys)
-            heads = [job for job in ordered if job.uid not in tried and job.queue not in held_queues]
-            if not heads:
-                break
-            for job in heads:
-                outcome = await self._attempt(job)
-                outcomes.append(outcome)
-                tried.add(job.uid)
-                if outcome.reason is WaitReason.PREEMPTING:
-                    held_queues.add(job.queue)  # nobody behind it takes the GPUs it is freeing
-                if outcome.result is AdmitResult.UNSCHEDULABLE and outcome.reason is not CLUSTER_BOUND:
-                    self._never[job.uid] = job.generation
-            candidates = [job for job in candidates if job.uid not in tried]
-        for job in candidates:
-            if job.phase is Phase.PENDING:
-                self._mark_waiting(
-                    job, Phase.QUEUED, WaitReason.WAITING_IN_QUEUE,
-                    f"waiting in queue {job.queue} behind jobs admitted first",
-                )
-        return outcomes
+        entries = await run_async(
+            self.cycle.schedule(pending, holds_pods=lambda uid: bool(self.cache.pods.get(uid))), self._answer
+        )
+        return [self._report(entry) for entry in entries]
 
-    # -- isolation of failures: one bad job never stops the others ------------------------------
-    def _backing_off(self, job: JobView, now: float) -> bool:
-        entry = self._retry_at.get(job.uid)
-        return entry is not None and entry[0] == job.generation and now < entry[1]
-
-    def _order(self, candidates: list[JobView]) -> tuple[list[JobView], list[Outcome]]:
-        """The quota port's order; when it raises, the jobs it raises for are set aside as failed."""
-        try:
-            return self.quota.order(candidates), []
-        except Exception:
-            log.exception("ordering %d waiting jobs failed; finding the job that breaks it", len(candidates))
-        good: list[JobView] = []
-        failed: list[Outcome] = []
-        for job in candidates:
-            try:
-                self.quota.order([job])
-            except Exception as exc:
-                failed.append(self._failed(job, exc))
-            else:
-                good.append(job)
-        try:
-            return self.quota.order(good), failed
-        except Exception as exc:  # no single job breaks it: a bug of the port; try again next cycle
-            log.error("ordering still fails without the failing jobs: %s", exc)
-            return [], failed
-
-    async def _attempt(self, job: JobView) -> Outcome:
-        """``try_admit``, with any error turned into that job's AdmissionError (and a backoff)."""
-        try:
-            outcome = await self.try_admit(job)
-        except Exception as exc:
-            if job.uid not in self._creating:
-                # Whatever the failed attempt took is given back (no-ops when it took nothing).
-                self.quota.release(job.uid)
-                await self.placement.release(job.uid)
-            return self._failed(job, exc)
-        if outcome.result is not AdmitResult.ERROR:
-            self._retry_at.pop(job.uid, None)
-        return outcome
-
-    def _failed(self, job: JobView, exc: Exception) -> Outcome:
-        log.error("admission of %s failed: %s", job.key, exc, exc_info=exc)
-        generation, _, failures = self._retry_at.get(job.uid, (job.generation, 0.0, 0))
-        failures = failures + 1 if generation == job.generation else 1
-        delay = min(BACKOFF_FIRST_SECONDS * 2 ** (failures - 1), BACKOFF_MAX_SECONDS)
-        self._retry_at[job.uid] = (job.generation, time.monotonic() + delay, failures)
-        message = f"admission failed ({type(exc).__name__}: {exc}); retrying in {delay:.0f}s"
-        try:
-            self._mark_waiting(job, Phase.QUEUED, WaitReason.ADMISSION_ERROR, message, warning=True)
-        except Exception:
-            log.exception("could not record the admission error of %s", job.key)
-        return Outcome(job.key, AdmitResult.ERROR, message, WaitReason.ADMISSION_ERROR)
-
-    async def try_admit(self, job: JobView) -> Outcome:
-        """Steps 2 to 5 for one queue head."""
-        excluded = job.excluded_nodes
-        previous = job.placement
-        preferred = previous.domain if previous is not None else None
-        if not job.gpus_per_replica and not job.gpu_milli:
-            message = (
-                "the job asks for no GPU: set spec.gpusPerReplica >= 1, an nvidia.com/gpu limit in "
-                "spec.template, or spec.gpuFraction"
-            )
-            return self._unschedulable(job, WaitReason.NO_GPUS_REQUESTED, message)
-
-        # (2) Quota up the GPUQueue tree, for each flavour the job may use (Kueue's flavour assignment).
-        with _timed("quota"):
-            options = [(option, self.quota.can_admit(option)) for option in self.quota.flavor_options(job)]
-        possible = [(option, verdict) for option, verdict in options if not verdict.never]
-        if not possible:
-            reason = "; ".join(dict.fromkeys(verdict.reason for _, verdict in options))
-            cause = options[0][1].cause if options else None
-            return self._unschedulable(job, cause or WaitReason.EXCEEDS_QUEUE_CAPACITY, reason)
-        waiting_for = self._preempting.get(job.uid)
-        if waiting_for and any(self.cache.pods.get(uid) for uid in waiting_for):
-            # Their GPUs are not free until their pods are gone; planning now would race them.
-            return self._queued(job, WaitReason.PREEMPTING, "waiting for preempted gangs to terminate")
-        fitting = [option for option, verdict in possible if verdict.ok]
-        if not fitting:
-            first, verdict = possible[0]
-            message = f"waiting for quota in queue {job.queue}: {verdict.reason}"
-            return await self._preempt_or_queue(first, WaitReason.QUOTA_EXHAUSTED, message)
-
-        # (3) Plan the whole gang (first flavour that places it), take the quota, reserve the placement.
-        refusals: list[tuple[str, bool]] = []
-        chosen: tuple[JobView, Placement] | None = None
-        for option in fitting:
+    async def _answer(self, effect: Effect[JobView, Placement]) -> Any:
+        """Carry out one effect of the cycle (its placement questions and its decisions)."""
+        if isinstance(effect, Plan):
             with _timed("plan"):
-                plan = await self.placement.plan(option, excluded_nodes=excluded, preferred_domain=preferred)
-            if plan.placement is not None:
-                chosen = (option, plan.placement)
-                break
-            refusals.append((plan.reason, plan.never))
-        if chosen is None:
-            if all(never for _, never in refusals):
-                return self._unschedulable(job, WaitReason.NO_NODE_LARGE_ENOUGH, refusals[0][0])
-            first_refusal = next(reason for reason, never in refusals if not never)
-            return await self._preempt_or_queue(
-                fitting[0], WaitReason.INSUFFICIENT_GPUS, f"waiting for GPUs: {first_refusal}"
-            )
-        job, placement = chosen
-        taken = self.quota.admit(job)
-        if not taken.ok:
-            return self._queued(
-                job, WaitReason.QUOTA_EXHAUSTED, f"waiting for quota in queue {job.queue}: {taken.reason}"
-            )
-        with _timed("reserve"):
-            reserved = await self.placement.reserve(job, placement)
-        if not reserved.ok:
-            self.quota.release(job.uid)
-            return self._queued(job, WaitReason.RESERVATION_FAILED, f"waiting for GPUs: {reserved.reason}")
+                return await self.placement.plan(
+                    effect.job, excluded_nodes=effect.excluded_nodes, preferred_domain=effect.preferred_domain
+                )
+        if isinstance(effect, Reserve):
+            with _timed("reserve"):
+                return await self.placement.reserve(effect.job, effect.placement)
+        if isinstance(effect, WhatIf):
+            with _timed("preempt"):
+                return await self.placement.what_if(effect.job, effect.candidates)
+        if isinstance(effect, Release):
+            await self.placement.release(effect.job.uid)
+            return None
+        if isinstance(effect, Evict):
+            await self.evict(effect.victim, preemptor=effect.preemptor, why=effect.why)
+            return None
+        if isinstance(effect, Admit):
+            await self._admit(effect.job, effect.placement)
+            return None
+        raise TypeError(f"unknown effect {effect!r}")
 
-        # (4) Record the admission: assume it in the cache now (the next decision counts it), confirm it
-        # in the API in the background, before any pod exists (a new leader finds admissions there).
-        # (5) Then create the framework objects and every pod of the gang, also off the decision path.
+    async def _admit(self, job: JobView, placement: Placement) -> None:
+        """Record the admission (assumed now, confirmed in the background) and start the gang."""
         # Waiting for a slot is the back-pressure that keeps reservations far from their TTL.
         await self._creation_slots.acquire()
         admitted, status = self._assume_admission(job, placement)
         self._creating[job.uid] = asyncio.create_task(
             self._confirm_and_create(admitted, status, placement), name=f"kubegang-create-{job.key}"
         )
-        self._preempting.pop(job.uid, None)
         self._waiting_written.pop(job.uid, None)
-        self._retry_at.pop(job.uid, None)
         metrics.JOBS_ADMITTED.labels(job.queue).inc()
         metrics.QUEUE_WAIT_SECONDS.labels(job.queue).observe(max((self.clock() - job.created).total_seconds(), 0))
-        message = f"admitted to queue {job.queue} on {len(placement.nodes)} nodes" + (
-            f" in {placement.domain}" if placement.domain else ""
-        )
+        message = _admitted_message(job, placement)
         self.notify(admitted, "Admitted", message)
         log.info("admitted %s: %s", job.key, message)
-        return Outcome(job.key, AdmitResult.ADMITTED, message)
+
+    def _report(self, entry: Entry[JobView, Placement]) -> Outcome:
+        """Write what the cycle said of a job that was not admitted (in the background lane)."""
+        job, reason = entry.job, entry.reason
+        outcome = Outcome(job.key, entry.result, entry.message, reason)
+        if entry.result is AdmitResult.ADMITTED and entry.placement is not None:
+            return dataclasses.replace(outcome, message=_admitted_message(job, entry.placement))
+        if reason is WaitReason.WAITING_IN_QUEUE and job.phase is not Phase.PENDING:
+            return outcome  # not tried this cycle: it keeps the more specific reason it has
+        if entry.result is AdmitResult.PREEMPTING:
+            names = ", ".join(v.key for v in entry.victims)
+            self.notify(job, "Preempting", f"evicting {len(entry.victims)} gang(s) to make room: {names}")
+            outcome = dataclasses.replace(outcome, message=names)
+        phase = Phase.UNSCHEDULABLE if entry.result is AdmitResult.UNSCHEDULABLE else Phase.QUEUED
+        try:
+            self._mark_waiting(job, phase, reason or WaitReason.WAITING_IN_QUEUE, entry.message,
+                               warning=entry.result is AdmitResult.ERROR)
+        except Exception:
+            log.exception("could not record why %s waits", job.key)
+        return outcome
 
     async def _confirm_and_create(self, job: JobView, status: dict[str, Any], placement: Placement) -> None:
         try:
@@ -477,61 +353,7 @@ class Admission:
         await self.placement.release(job.uid)
         self.quota.release(job.uid)
 
-    # -- waiting and preemption ------------------------------------------------------------------
-    async def _preempt_or_queue(self, job: JobView, reason: WaitReason, message: str) -> Outcome:
-        victims = await self._choose_victims(job)
-        if not victims:
-            return self._queued(job, reason, message)
-        for victim, why in victims:
-            await self.evict(victim, preemptor=job, why=why)
-        self._preempting[job.uid] = frozenset(v.uid for v, _ in victims)
-        names = ", ".join(v.key for v, _ in victims)
-        self.notify(job, "Preempting", f"evicting {len(victims)} gang(s) to make room: {names}")
-        self._mark_waiting(job, Phase.QUEUED, WaitReason.PREEMPTING, f"{message}; preempting {names}")
-        return Outcome(job.key, AdmitResult.PREEMPTING, names, WaitReason.PREEMPTING)
-
-    async def _choose_victims(self, job: JobView) -> list[tuple[JobView, str]]:
-        with _timed("preempt"):
-            candidates = self.quota.preemption_candidates(job)
-            if not candidates:
-                return []
-            by_uid = {c.job.uid: c for c in candidates}
-            # Quota first: the fewest candidates (in policy order) whose quota the job needs; the
-            # extender is asked about GPUs with those first in line, since they go anyway.
-            for_quota = self._quota_victims(job, list(by_uid))
-            if for_quota is None:
-                return []
-            order = for_quota + [uid for uid in by_uid if uid not in for_quota]
-            for_gpus = await self.placement.what_if(job, [by_uid[uid].job for uid in order])
-            if for_gpus is None:
-                return []  # not placeable even with every candidate gone: evict nobody
-            unknown = [uid for uid in for_gpus if uid not in by_uid]
-            if unknown:
-                # The extender may only pick among what policy allows; anything else is a bug there.
-                log.error("WhatIf for %s returned non-candidates %s; not preempting", job.key, unknown)
-                return []
-            chosen = list(dict.fromkeys([*for_quota, *for_gpus]))
-            if not chosen or not self.quota.can_admit_without(job, chosen).ok:
-                return []
-            return [(by_uid[uid].job, by_uid[uid].why) for uid in chosen]
-
-    def _quota_victims(self, job: JobView, candidates: Sequence[str]) -> list[str] | None:
-        """The shortest prefix of ``candidates`` whose eviction lets ``job`` fit in quota, pruned of
-        members a later, larger one makes unnecessary; [] when quota is not the problem, None when
-        no eviction among them is enough."""
-        chosen: list[str] = []
-        for uid in candidates:
-            if self.quota.can_admit_without(job, chosen).ok:
-                break
-            chosen.append(uid)
-        if not self.quota.can_admit_without(job, chosen).ok:
-            return None
-        for uid in list(chosen[:-1]):
-            trial = [u for u in chosen if u != uid]
-            if self.quota.can_admit_without(job, trial).ok:
-                chosen = trial
-        return chosen
-
+    # -- eviction and waiting -------------------------------------------------------------------
     async def evict(self, victim: JobView, *, preemptor: JobView, why: str) -> None:
         """Evict ``victim`` whole for ``preemptor`` and requeue it, saying who and why."""
         await self.teardown(victim)
@@ -547,14 +369,6 @@ class Admission:
         self.notify(victim, "Preempted", message, warning=True)
         metrics.JOBS_PREEMPTED.labels(victim.queue).inc()
         log.info("evicted %s: %s", victim.key, message)
-
-    def _queued(self, job: JobView, reason: WaitReason, message: str) -> Outcome:
-        self._mark_waiting(job, Phase.QUEUED, reason, message)
-        return Outcome(job.key, AdmitResult.QUEUED, message, reason)
-
-    def _unschedulable(self, job: JobView, reason: WaitReason, message: str) -> Outcome:
-        self._mark_waiting(job, Phase.UNSCHEDULABLE, reason, message)
-        return Outcome(job.key, AdmitResult.UNSCHEDULABLE, message, reason)
 
     def _mark_waiting(self, job: JobView, phase: Phase, reason: str, message: str, *, warning: bool = False) -> None:
         """Say why ``job`` waits, in the background lane, and only when that is news.
@@ -586,6 +400,11 @@ class Admission:
             counts[job.queue] = counts.get(job.queue, 0) + 1
         for queue, count in counts.items():
             metrics.QUEUE_PENDING_JOBS.labels(queue).set(count)
+
+
+def _admitted_message(job: JobView, placement: Placement) -> str:
+    where = f" in {placement.domain}" if placement.domain else ""
+    return f"admitted to queue {job.queue} on {len(placement.nodes)} nodes{where}"
 
 
 def requeue_patch(

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from kubegang.admission import WhatIfAnswer
 from kubegang.api import Placement, ReplicaPlacement
 from kubegang.extender.client import PlacementClient
 from kubegang.levels import Level
@@ -117,14 +118,15 @@ class ExtenderPlacement:
             return RepairResult(api_placement(outcome.result), moved)
         return RepairResult(None, moved, outcome.result.reason)
 
-    async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> list[str] | None:
+    async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> WhatIfAnswer:
         try:
             outcome = await self.client.what_if(
                 gang_request(job), [c.uid for c in candidates], namespace=job.namespace, name=job.name
             )
         except grpc.aio.AioRpcError as exc:
             log.error("WhatIf for %s failed: %s", job.key, exc.details())
-            return None
+            return WhatIfAnswer(None)
         if not isinstance(outcome.result, CorePlacement):
-            return None
-        return list(outcome.victims)  # empty: placeable without evicting anyone
+            return WhatIfAnswer(None)
+        # Empty victims: placeable without evicting anyone.
+        return WhatIfAnswer(tuple(outcome.victims), frozenset(outcome.result.nodes))

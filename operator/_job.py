@@ -139,6 +139,17 @@ class JobView:
         return frozenset(self.status.get("excludedNodes") or ())
 
     @property
+    def previous_domain(self) -> str | None:
+        """Where the gang last ran (status.placement.domain): preferred again when it is placed anew."""
+        placement = self.placement
+        return placement.domain if placement is not None else None
+
+    @property
+    def requests_gpus(self) -> bool:
+        """Whether its pods ask for any GPU (whole GPUs or a share of one)."""
+        return self.gpus_per_replica > 0 or self.gpu_milli > 0
+
+    @property
     def placement(self) -> Placement | None:
         """status.placement, parsed (the one place that reads it); None when absent or malformed."""
         raw = self.status.get("placement")

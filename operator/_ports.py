@@ -11,19 +11,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from kubegang.admission import QuotaPort as CycleQuotaPort
+from kubegang.admission import WhatIfAnswer
 from kubegang.api import Placement
 from kubegang.operator._job import JobView
 from kubegang.operator._types import PlanResult, RepairResult, Verdict
-
-
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-    """A running gang the quota policy allows a waiting job to evict, and why."""
-
-    job: JobView
-    """The gang that may be evicted."""
-    why: str
-    """The policy that allows it, as the victim's condition will say ("to reclaim nominal quota")."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,43 +30,15 @@ class QueueUsage:
     """The queue's current (dominant) share, weighted."""
 
 
-class QuotaPort(Protocol):
-    """Hierarchical quota: who may run, and in which order."""
+class QuotaPort(CycleQuotaPort[JobView], Protocol):
+    """Hierarchical quota: the admission cycle's quota port, plus what the operator's housekeeping needs."""
 
     def set_queues(self, queues: Sequence[Mapping[str, Any]]) -> list[str]:
         """Replace the tree with these GPUQueue objects; return the problems found (empty if valid)."""
         ...
 
-    def order(self, pending: Sequence[JobView]) -> list[JobView]:
-        """The heads of the leaf queues among ``pending``, in fair-share order."""
-        ...
-
-    def flavor_options(self, job: JobView) -> list[JobView]:
-        """``job`` once per quota flavour it may use, in the order to try them (never empty)."""
-        ...
-
-    def can_admit(self, job: JobView) -> Verdict:
-        """Whether ``job`` fits in quota up the tree now (``never`` when it cannot ever)."""
-        ...
-
-    def admit(self, job: JobView) -> Verdict:
-        """Take ``job``'s quota up the tree atomically, or refuse with a reason."""
-        ...
-
     def record(self, job: JobView) -> None:
         """Account a job that already holds an admission, without checking limits (rebuilds)."""
-        ...
-
-    def release(self, job_uid: str) -> None:
-        """Give back the quota of ``job_uid`` (no-op when it holds none)."""
-        ...
-
-    def can_admit_without(self, job: JobView, evicted: Sequence[str]) -> Verdict:
-        """Whether ``job`` would fit in quota if the gangs with UIDs ``evicted`` gave theirs back."""
-        ...
-
-    def preemption_candidates(self, job: JobView) -> list[Candidate]:
-        """Admitted gangs the queues' preemption policies allow ``job`` to evict, cheapest first."""
         ...
 
     def usage(self) -> Mapping[str, QueueUsage]:
@@ -101,9 +65,9 @@ class PlacementPort(Protocol):
         """Re-place (and hold) the slots of admitted ``job`` whose GPUs pods kubegang did not place took."""
         ...
 
-    async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> list[str] | None:
-        """UIDs of the smallest set of ``candidates`` whose eviction makes ``job`` placeable ([] when it
-        is placeable already), or None when evicting all of them would not be enough."""
+    async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> WhatIfAnswer:
+        """The smallest set of ``candidates`` whose eviction makes ``job`` placeable (``()`` when it is
+        placeable already; None when evicting all of them would not be enough), and where it would go."""
         ...
 
 

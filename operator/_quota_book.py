@@ -20,10 +20,11 @@ from typing import Any
 
 import pydantic
 
+from kubegang.admission import Preemptible
 from kubegang.api import GPUQueue
 from kubegang.operator._conditions import parse_rfc3339
 from kubegang.operator._job import JobView
-from kubegang.operator._ports import Candidate, QueueUsage
+from kubegang.operator._ports import QueueUsage
 from kubegang.operator._types import Verdict, WaitReason
 from kubegang.placement import MILLI
 from kubegang.quota import (
@@ -44,6 +45,7 @@ from kubegang.quota import (
     WithinQueue,
     candidates_for,
     fits_after_eviction,
+    quota_victims,
 )
 
 log = logging.getLogger("kubegang.operator.quota")
@@ -267,7 +269,13 @@ class QuotaBook:
     def can_admit_without(self, job: JobView, evicted: Sequence[str]) -> Verdict:
         return _verdict(fits_after_eviction(self.tree, self._pending_job(job), evicted))
 
-    def preemption_candidates(self, job: JobView) -> list[Candidate]:
+    def quota_victims(self, job: JobView, candidates: Sequence[str]) -> list[str] | None:
+        return quota_victims(self.tree, self._pending_job(job), candidates)
+
+    def running(self) -> list[JobView]:
+        return sorted(self._held.values(), key=lambda held: held.admitted_at or "")
+
+    def preemption_candidates(self, job: JobView) -> list[Preemptible[JobView]]:
         if job.queue not in set(self.tree.leaves):
             return []
         running = [
@@ -281,7 +289,7 @@ class QuotaBook:
             for held in self._held.values()
         ]
         return [
-            Candidate(self._held[c.job.job_id], _why(c.reason, job, self._held[c.job.job_id]))
+            Preemptible(self._held[c.job.job_id], _why(c.reason, job, self._held[c.job.job_id]))
             for c in candidates_for(self._pending_job(job), self.tree, running)
         ]
 

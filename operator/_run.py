@@ -14,6 +14,7 @@ import logging
 import kopf
 from lightkube.core.exceptions import ConfigError
 
+from kubegang.admission import CycleSettings
 from kubegang.extender.client import PlacementClient
 from kubegang.operator._admission import Admission
 from kubegang.operator._cache import ClusterCache
@@ -24,6 +25,7 @@ from kubegang.operator._leader import AlwaysLeader, LeaderElector
 from kubegang.operator._quota_book import QuotaBook
 from kubegang.operator._settings import OperatorSettings
 from kubegang.operator._watches import build_registry, resync_from_api
+from kubegang.quota import BackfillPolicy
 
 log = logging.getLogger("kubegang.operator")
 
@@ -62,6 +64,7 @@ async def run(settings: OperatorSettings) -> None:
         kube,
         master_port=settings.master_port,
         shared_gpu_resource=settings.shared_gpu_resource,
+        settings=CycleSettings(backfill=BackfillPolicy(reserve_after_seconds=settings.backfill_reserve_after_seconds)),
         creation_concurrency=settings.creation_concurrency,
     )
     elector: LeaderElector | AlwaysLeader

@@ -55,6 +55,11 @@ class OperatorSettings:
     """Extended resource a shared-GPU pod (``gpuFraction``) requests one of, e.g. ``nvidia.com/gpu.shared``
     of the NVIDIA device plugin's time-slicing or MPS sharing; None: the pod requests no GPU resource
     and sees its GPU through ``NVIDIA_VISIBLE_DEVICES`` (docs/sharing.md says what each gives)."""
+    backfill_reserve_after_seconds: float | None = 600.0
+    """A queue head that fits in quota but has been blocked this long reserves the nodes it will need;
+    later jobs are admitted only where they do not take them (Slurm's EASY backfill). None: never.
+    Minutes, not the simulator's hours: a production queue's big gang should not starve behind a
+    stream of small jobs for longer than a coffee break (docs/quota.md, "Backfill")."""
     master_port: int = 29500
     """MASTER_PORT for torchrun gangs (and the headless Service's port)."""
     resync_seconds: float = 5.0

@@ -63,10 +63,11 @@ def job_body() -> Any:
 
 from collections.abc import Mapping, Sequence  # noqa: E402
 
+from kubegang.admission import Preemptible, WhatIfAnswer  # noqa: E402
 from kubegang.api import Placement, ReplicaPlacement  # noqa: E402
 from kubegang.operator._cache import ClusterCache  # noqa: E402
 from kubegang.operator._job import JobView  # noqa: E402
-from kubegang.operator._ports import Candidate, QueueUsage  # noqa: E402
+from kubegang.operator._ports import QueueUsage  # noqa: E402
 from kubegang.operator._types import PlanResult, RepairResult, Verdict  # noqa: E402
 
 
@@ -129,10 +130,21 @@ class FakeQuota:
     def release(self, job_uid: str) -> None:
         self.held.pop(job_uid, None)
 
-    def preemption_candidates(self, job: JobView) -> list[Candidate]:
+    def quota_victims(self, job: JobView, candidates: Sequence[str]) -> list[str] | None:
+        chosen: list[str] = []
+        for uid in candidates:  # flat queues: the first candidates that free enough
+            if self._check(job, chosen).ok:
+                break
+            chosen.append(uid)
+        return chosen if self._check(job, chosen).ok else None
+
+    def running(self) -> list[JobView]:
+        return [self.jobs[uid] for uid in self.held]
+
+    def preemption_candidates(self, job: JobView) -> list[Preemptible[JobView]]:
         mine = self.priority.get(job.uid, 0)
         return [
-            Candidate(self.jobs[uid], "to make room for a higher-priority job")
+            Preemptible(self.jobs[uid], "to make room for a higher-priority job")
             for uid, (queue, _) in self.held.items()
             if queue == job.queue and self.priority.get(uid, 0) < mine
         ]
@@ -183,7 +195,7 @@ class FakePlacement:
     async def repair(self, job: JobView) -> RepairResult:
         return RepairResult(self.reserved.get(job.uid))  # nothing in this fake takes reserved GPUs
 
-    async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> list[str] | None:
+    async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> WhatIfAnswer:
         free = dict(self.free)
         chosen: list[str] = []
         for victim in candidates:
@@ -192,7 +204,8 @@ class FakePlacement:
             for slot in self.reserved[victim.uid].pods:
                 free[slot.node] += len(slot.gpus)
             chosen.append(victim.uid)
-        return chosen if self._plan(job, free, frozenset()) is not None else None
+        placement = self._plan(job, free, frozenset())
+        return WhatIfAnswer(tuple(chosen), placement.nodes) if placement is not None else WhatIfAnswer(None)
 
 
 class FakeKube:

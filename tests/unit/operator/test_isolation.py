@@ -7,6 +7,7 @@ is what the operator runs; only the Kubernetes writes are recorded by the ``Fake
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -127,7 +128,7 @@ async def test_a_job_whose_handling_raises_is_marked_and_the_job_behind_it_is_ad
     assert "uid-poison" not in w.quota.tree
     assert [o.job for o in await w.cycle()] == []
     w.client.fail_for.clear()
-    w.admission._retry_at["uid-poison"] = (1, 0.0, 1)  # the backoff has passed
+    w.admission.cycle.clock = lambda: time.monotonic() + 1.5  # the 1 s backoff has passed
     assert [(o.job, o.result) for o in await w.cycle()] == [("team-a/poison", AdmitResult.ADMITTED)]
 
 

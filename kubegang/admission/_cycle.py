@@ -1,0 +1,354 @@
+"""The admission cycle: one decision at a time, the same code in the operator and in the simulator.
+
+``AdmissionCycle.schedule`` is a generator: pure, synchronous, no I/O. It calls the quota port (in
+memory) directly and *yields* every placement question and every action (:mod:`._types` effects) to
+its driver, which answers them: the operator's leader awaits the extender over gRPC and the API
+server, the simulator answers from its snapshot at once (``run_sync`` / ``run_async``). So the
+figures of ``bench/`` are figures of this code, and a decision taken in production can be replayed.
+
+One cycle, as Kueue's ``schedule()``:
+
+1. **Candidates** — waiting jobs, less those found Unschedulable under the current queue tree (until
+   the tree or the job changes) and those whose handling failed, until their backoff ends.
+2. **Order** — the heads of the leaf queues in fair-share order (the quota port), holders of a
+   backfill reservation first. A head that cannot be admitted steps aside for the next job of its
+   queue (BestEffortFIFO backfill), for at most ``max_rounds`` rounds; a head that is preempting
+   holds its queue, so nobody behind it takes the GPUs it is freeing (so does a blocked head under
+   StrictFIFO).
+3. **Quota** — up the tree, for each flavour the job may use (Kueue's flavour assignment). Never →
+   Unschedulable; not now → preemption, else Queued.
+4. **Placement** — ``Plan`` the whole gang (nodes reserved for another job's backfill excluded),
+   flavour by flavour; a pod larger than every node → Unschedulable; no room → preemption, else
+   Queued. Then take the quota, ``Reserve`` the placement and ``Admit``: the next decision counts both.
+5. **Preemption** — one victim chooser: the quota policy offers candidates (least disruptive first);
+   quota picks the fewest it needs gone (``kubegang.quota.quota_victims``); the placement port's
+   ``WhatIf`` adds what the GPUs still need, among the candidates only; quota confirms the preemptor
+   then fits. Only then are the victims evicted, whole; the preemptor waits until their pods are gone.
+6. **Backfill reservation** — a head blocked (on GPUs or quota) longer than the policy's threshold
+   reserves the nodes it would get once the fewest running gangs are gone (``WhatIf`` over them,
+   waited for, not evicted): Slurm's EASY backfill without run times. Later jobs are placed without
+   those nodes until it starts.
+7. **Outcome** — a typed ``Entry`` per job (``AdmitResult``, ``WaitReason``, the message);
+   jobs never reached this cycle are ``WaitingInQueue``.
+
+Any error while handling one job becomes that job's ``AdmissionError`` entry, what its attempt
+took is given back, and it is retried with backoff while the cycle goes on with the others.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Generic
+
+from kubegang.admission._ports import QuotaPort
+from kubegang.admission._types import (
+    Admit,
+    AdmitResult,
+    Effect,
+    Entry,
+    Evict,
+    J,
+    P,
+    Plan,
+    PlanAnswer,
+    Release,
+    Reserve,
+    Verdict,
+    WaitReason,
+    WhatIf,
+    WhatIfAnswer,
+)
+from kubegang.quota import Backfill, BackfillPolicy
+
+log = logging.getLogger("kubegang.admission")
+
+Cycle = Generator[Effect[J, P], Any, list[Entry[J, P]]]
+"""What ``schedule`` returns: send each effect's answer back in; the return value is the entries."""
+_Step = Generator[Effect[J, P], Any, Entry[J, P]]
+
+BACKOFF_FIRST_SECONDS = 1.0
+"""First retry delay of a job whose handling raised; doubled per failure up to ``BACKOFF_MAX_SECONDS``."""
+BACKOFF_MAX_SECONDS = 300.0
+"""Longest retry delay of a failing job (a spec change retries it at once)."""
+CLUSTER_BOUND = frozenset({WaitReason.NO_NODE_LARGE_ENOUGH})
+"""Unschedulable reasons that the cluster (new nodes), not the queue tree, can change: retried."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CycleSettings:
+    """How the cycle walks the queues."""
+
+    max_rounds: int = 8
+    """Rounds per cycle in which a head that cannot be admitted steps aside for the next job."""
+    backfill: BackfillPolicy = dataclasses.field(default_factory=BackfillPolicy)
+    """Backfill past blocked heads, and when a blocked head reserves its nodes."""
+
+
+class AdmissionCycle(Generic[J, P]):
+    """The admission cycle and the state it keeps between cycles (memos, backoff, reservations)."""
+
+    def __init__(self, quota: QuotaPort[J], *, settings: CycleSettings | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.quota = quota
+        self.settings = settings or CycleSettings()
+        self.clock = clock
+        """Seconds (monotonic in the operator, simulated time in the simulator)."""
+        self.backfill = Backfill(self.settings.backfill)
+        self._never: dict[str, int] = {}
+        """UID -> generation of jobs found Unschedulable under the current queue tree."""
+        self._retry_at: dict[str, tuple[int, float, int]] = {}
+        """UID -> (generation, time of the next try, failures so far) of jobs whose handling raised."""
+        self._preempting: dict[str, frozenset[str]] = {}
+        """Preemptor UID -> UIDs of the victims it waits for."""
+        self._admitted_uid: str | None = None
+        """The job the current attempt admitted (an error after that must not give its quota back)."""
+
+    # -- state the driver keeps current ---------------------------------------------------------
+    def tree_changed(self) -> None:
+        """The queue tree was rebuilt: jobs found Unschedulable under the old one are tried again."""
+        self._never.clear()
+
+    def forget(self, uid: str) -> None:
+        """``uid`` left the queue (deleted, suspended): drop everything kept for it."""
+        self._never.pop(uid, None)
+        self._retry_at.pop(uid, None)
+        self._preempting.pop(uid, None)
+        self.backfill.forget(uid)
+
+    def reservation(self, uid: str) -> frozenset[str] | None:
+        """The nodes reserved for ``uid`` by backfill, if it holds a reservation."""
+        return self.backfill.reservation(uid)
+
+    # -- the cycle ----------------------------------------------------------------------------------
+    def schedule(self, pending: Sequence[J], *, holds_pods: Callable[[str], bool]) -> Cycle[J, P]:
+        """One cycle over ``pending``; ``holds_pods(uid)``: whether that gang still has pods (victims)."""
+        now = self.clock()
+        # (1) Candidates.
+        candidates = [job for job in pending
+                      if self._never.get(job.uid) != job.generation and not self._backing_off(job, now)]
+        entries: list[Entry[J, P]] = []
+        tried: set[str] = set()
+        held_queues: set[str] = set()
+        for _ in range(self.settings.max_rounds):
+            # (2) Order.
+            ordered, failed = self._order(candidates, now)
+            entries += failed
+            tried |= {entry.job.uid for entry in failed}
+            heads = [job for job in ordered if job.uid not in tried and job.queue not in held_queues]
+            if not heads:
+                break
+            for job in heads:
+                entry = yield from self._attempt(job, holds_pods, now)
+                entries.append(entry)
+                tried.add(job.uid)
+                if entry.reason is WaitReason.PREEMPTING or (
+                        entry.result is AdmitResult.QUEUED and not self.backfill.steps_aside):
+                    held_queues.add(job.queue)
+                if entry.result is AdmitResult.UNSCHEDULABLE and entry.reason not in CLUSTER_BOUND:
+                    self._never[job.uid] = job.generation
+            candidates = [job for job in candidates if job.uid not in tried]
+        # (7) Outcome of the jobs not reached.
+        entries += [Entry(job, AdmitResult.QUEUED, WaitReason.WAITING_IN_QUEUE,
+                          f"waiting in queue {job.queue} behind jobs admitted first") for job in candidates]
+        return entries
+
+    def _order(self, candidates: list[J], now: float) -> tuple[list[J], list[Entry[J, P]]]:
+        """The quota port's order, reservation holders first; a job that breaks it is set aside."""
+        try:
+            ordered = self.quota.order(candidates)
+            failed: list[Entry[J, P]] = []
+        except Exception:
+            log.exception("ordering %d waiting jobs failed; finding the job that breaks it", len(candidates))
+            good, failed = [], []
+            for job in candidates:
+                try:
+                    self.quota.order([job])
+                except Exception as exc:
+                    failed.append(self._failed(job, exc, now))
+                else:
+                    good.append(job)
+            try:
+                ordered = self.quota.order(good)
+            except Exception as exc:  # no single job breaks it: a bug of the port; try again next cycle
+                log.error("ordering still fails without the failing jobs: %s", exc)
+                ordered = []
+        return sorted(ordered, key=lambda job: self.backfill.reservation(job.uid) is None), failed
+
+    def _attempt(self, job: J, holds_pods: Callable[[str], bool], now: float) -> _Step[J, P]:
+        """Steps 3 to 6 for one head, its errors turned into its own entry."""
+        self._admitted_uid = None
+        try:
+            entry = yield from self._try_admit(job, holds_pods, now)
+        except Exception as exc:
+            if self._admitted_uid != job.uid:
+                # Whatever the failed attempt took is given back (no-ops when it took nothing).
+                self.quota.release(job.uid)
+                try:
+                    yield Release(job)
+                except Exception:
+                    log.exception("releasing the placement of %s after a failure failed", job.key)
+            return self._failed(job, exc, now)
+        self._retry_at.pop(job.uid, None)
+        return entry
+
+    def _try_admit(self, job: J, holds_pods: Callable[[str], bool], now: float) -> _Step[J, P]:
+        if not job.requests_gpus:
+            return self._entry(job, AdmitResult.UNSCHEDULABLE, WaitReason.NO_GPUS_REQUESTED,
+                               "the job asks for no GPU: set spec.gpusPerReplica >= 1, an nvidia.com/gpu limit in "
+                               "spec.template, or spec.gpuFraction")
+        # (3) Quota up the tree, for each flavour the job may use.
+        options = [(option, self.quota.can_admit(option)) for option in self.quota.flavor_options(job)]
+        possible = [(option, verdict) for option, verdict in options if not verdict.never]
+        if not possible:
+            reason = "; ".join(dict.fromkeys(verdict.reason for _, verdict in options))
+            cause = options[0][1].cause if options else None
+            return self._entry(job, AdmitResult.UNSCHEDULABLE, cause or WaitReason.EXCEEDS_QUEUE_CAPACITY, reason)
+        waiting_for = self._preempting.get(job.uid)
+        if waiting_for and any(holds_pods(uid) for uid in waiting_for):
+            # Their GPUs are not free until their pods are gone; planning now would race them.
+            return self._entry(job, AdmitResult.QUEUED, WaitReason.PREEMPTING,
+                               "waiting for preempted gangs to terminate")
+        self._preempting.pop(job.uid, None)
+        excluded = job.excluded_nodes | self.backfill.excluded_for(job.uid)
+        fitting = [option for option, verdict in possible if verdict.ok]
+        if not fitting:
+            first, verdict = possible[0]
+            entry = yield from self._preempt_or_queue(
+                first, WaitReason.QUOTA_EXHAUSTED, f"waiting for quota in queue {job.queue}: {verdict.reason}")
+            return (yield from self._blocked(first, entry, now))
+
+        # (4) Placement: the first flavour that places the whole gang.
+        refusals: list[PlanAnswer[P]] = []
+        chosen: tuple[J, P] | None = None
+        for option in fitting:
+            answer: PlanAnswer[P] = yield Plan(option, excluded, job.previous_domain)
+            if answer.placement is not None:
+                chosen = (option, answer.placement)
+                break
+            refusals.append(answer)
+        if chosen is None:
+            if all(answer.never for answer in refusals):
+                return self._entry(job, AdmitResult.UNSCHEDULABLE, WaitReason.NO_NODE_LARGE_ENOUGH, refusals[0].reason)
+            first_refusal = next(answer.reason for answer in refusals if not answer.never)
+            entry = yield from self._preempt_or_queue(
+                fitting[0], WaitReason.INSUFFICIENT_GPUS, f"waiting for GPUs: {first_refusal}")
+            return (yield from self._blocked(fitting[0], entry, now))
+        option, placement = chosen
+        taken = self.quota.admit(option)
+        if not taken.ok:
+            return self._entry(option, AdmitResult.QUEUED, WaitReason.QUOTA_EXHAUSTED,
+                               f"waiting for quota in queue {job.queue}: {taken.reason}")
+        reserved: Verdict = yield Reserve(option, placement)
+        if not reserved.ok:
+            self.quota.release(option.uid)
+            return self._entry(option, AdmitResult.QUEUED, WaitReason.RESERVATION_FAILED,
+                               f"waiting for GPUs: {reserved.reason}")
+        self._admitted_uid = option.uid
+        yield Admit(option, placement)
+        self.backfill.forget(option.uid)
+        return Entry(option, AdmitResult.ADMITTED, message=f"admitted to queue {job.queue}", placement=placement)
+
+    # (5) Preemption -------------------------------------------------------------------------------
+    def _preempt_or_queue(self, job: J, reason: WaitReason, message: str) -> _Step[J, P]:
+        victims = yield from self._choose_victims(job)
+        if not victims:
+            return self._entry(job, AdmitResult.QUEUED, reason, message)
+        for victim, why in victims:
+            yield Evict(victim, job, why)
+        self._preempting[job.uid] = frozenset(victim.uid for victim, _ in victims)
+        names = ", ".join(victim.key for victim, _ in victims)
+        return Entry(job, AdmitResult.PREEMPTING, WaitReason.PREEMPTING, f"{message}; preempting {names}",
+                     victims=tuple(victim for victim, _ in victims))
+
+    def _choose_victims(self, job: J) -> Generator[Effect[J, P], Any, list[tuple[J, str]]]:
+        """The one victim chooser: whole gangs, among what policy allows, the fewest that let ``job``
+        both fit its quota and be placed; [] when no such set exists (nobody is evicted then)."""
+        candidates = self.quota.preemption_candidates(job)
+        if not candidates:
+            return []
+        by_uid = {c.job.uid: c for c in candidates}
+        for_quota = self.quota.quota_victims(job, list(by_uid))
+        if for_quota is None:
+            return []
+        # Those go anyway, so the placement port is asked with them first in line.
+        order = for_quota + [uid for uid in by_uid if uid not in for_quota]
+        answer: WhatIfAnswer = yield WhatIf(job, tuple(by_uid[uid].job for uid in order))
+        if answer.victims is None:
+            return []  # not placeable even with every candidate gone
+        unknown = [uid for uid in answer.victims if uid not in by_uid]
+        if unknown:
+            log.error("WhatIf for %s returned non-candidates %s; not preempting", job.key, unknown)
+            return []
+        chosen = list(dict.fromkeys([*for_quota, *answer.victims]))
+        if not chosen or not self.quota.can_admit_without(job, chosen).ok:
+            return []
+        return [(by_uid[uid].job, by_uid[uid].why) for uid in chosen]
+
+    # (6) Backfill reservation -----------------------------------------------------------------
+    def _blocked(self, job: J, entry: Entry[J, P], now: float) -> _Step[J, P]:
+        """A head that waits: start its blocked clock, and reserve its nodes once it is due."""
+        if entry.result is not AdmitResult.QUEUED:
+            return entry
+        self.backfill.blocked(job.uid, now)
+        held = self.backfill.reservation(job.uid)
+        if held is None and self.backfill.reservation_due(job.uid, now):
+            answer: WhatIfAnswer = yield WhatIf(job, tuple(r for r in self.quota.running() if r.uid != job.uid))
+            if answer.victims is not None and answer.nodes:
+                self.backfill.reserve(job.uid, answer.nodes)
+                held = answer.nodes
+                log.info("%s reserves %d nodes for backfill after waiting", job.key, len(held))
+        if not held:
+            return entry
+        message = f"{entry.message}; holds a backfill reservation of {len(held)} nodes that later jobs may not use"
+        return dataclasses.replace(entry, message=message, reservation=held)
+
+    # -- outcomes ------------------------------------------------------------------------------
+    def _entry(self, job: J, result: AdmitResult, reason: WaitReason, message: str) -> Entry[J, P]:
+        return Entry(job, result, reason, message)
+
+    def _backing_off(self, job: J, now: float) -> bool:
+        entry = self._retry_at.get(job.uid)
+        return entry is not None and entry[0] == job.generation and now < entry[1]
+
+    def _failed(self, job: J, exc: Exception, now: float) -> Entry[J, P]:
+        log.error("admission of %s failed: %s", job.key, exc, exc_info=exc)
+        generation, _, failures = self._retry_at.get(job.uid, (job.generation, 0.0, 0))
+        failures = failures + 1 if generation == job.generation else 1
+        delay = min(BACKOFF_FIRST_SECONDS * 2 ** (failures - 1), BACKOFF_MAX_SECONDS)
+        self._retry_at[job.uid] = (job.generation, now + delay, failures)
+        return Entry(job, AdmitResult.ERROR, WaitReason.ADMISSION_ERROR,
+                     f"admission failed ({type(exc).__name__}: {exc}); retrying in {delay:.0f}s")
+
+
+def run_sync(cycle: Cycle[J, P], answer: Callable[[Effect[J, P]], Any]) -> list[Entry[J, P]]:
+    """Drive ``cycle`` with a synchronous effect handler (the simulator); an error of the handler is
+    raised into the cycle, which makes it that job's AdmissionError."""
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            effect = cycle.throw(error) if error is not None else cycle.send(reply)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            reply, error = answer(effect), None
+        except Exception as exc:
+            reply, error = None, exc
+
+
+async def run_async(cycle: Cycle[J, P], answer: Callable[[Effect[J, P]], Any]) -> list[Entry[J, P]]:
+    """Drive ``cycle`` with an asynchronous effect handler (the operator: gRPC, API writes)."""
+    reply: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            effect = cycle.throw(error) if error is not None else cycle.send(reply)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            reply, error = await answer(effect), None
+        except Exception as exc:
+            reply, error = None, exc

@@ -1,0 +1,56 @@
+"""The admission cycle's quota port, and the placement ports its drivers answer effects with.
+
+Quota is in-memory and synchronous everywhere (the operator's ``QuotaBook`` and the simulator's
+adapter both sit on ``kubegang.quota``), so the cycle calls it directly. Placement may be remote (the
+extender, over gRPC) or local (the simulator's snapshot): the cycle never calls it, it *yields* the
+questions (:mod:`._types` effects) and its driver answers them, waiting or not. That keeps the cycle
+one piece of synchronous, I/O-free code for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from kubegang.admission._types import J, Preemptible, Verdict
+
+
+class QuotaPort(Protocol[J]):
+    """Hierarchical quota: who may run, and in which order."""
+
+    def order(self, pending: Sequence[J]) -> list[J]:
+        """The heads of the leaf queues among ``pending``, in fair-share order."""
+        ...
+
+    def flavor_options(self, job: J) -> list[J]:
+        """``job`` once per quota flavour it may use, in the order to try them (never empty)."""
+        ...
+
+    def can_admit(self, job: J) -> Verdict:
+        """Whether ``job`` fits in quota up the tree now (``never`` when it cannot ever)."""
+        ...
+
+    def admit(self, job: J) -> Verdict:
+        """Take ``job``'s quota up the tree atomically, or refuse with a reason."""
+        ...
+
+    def release(self, job_uid: str) -> None:
+        """Give back the quota of ``job_uid`` (no-op when it holds none)."""
+        ...
+
+    def preemption_candidates(self, job: J) -> list[Preemptible[J]]:
+        """Admitted gangs the queues' preemption policies allow ``job`` to evict, least disruptive first."""
+        ...
+
+    def quota_victims(self, job: J, candidates: Sequence[str]) -> list[str] | None:
+        """The fewest of ``candidates`` (UIDs, in order) whose eviction lets quota admit ``job``
+        (``kubegang.quota.quota_victims``): [] when quota is not the problem, None when not enough."""
+        ...
+
+    def can_admit_without(self, job: J, evicted: Sequence[str]) -> Verdict:
+        """Whether ``job`` would fit in quota if the gangs with UIDs ``evicted`` gave theirs back."""
+        ...
+
+    def running(self) -> list[J]:
+        """Gangs holding an admission, the longest-running first (what a backfill reservation waits for)."""
+        ...

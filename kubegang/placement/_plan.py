@@ -71,8 +71,8 @@ def _larger_than_every_node(snapshot: Snapshot, gang: GangRequest, cap: FlavourC
     """Unplaceable (never) when one pod wants more GPUs than the largest node of its flavour has."""
     if gang.fractional:
         return None
-    largest = max(range(len(cap.total)), key=lambda n: (cap.total[n], -n), default=None)
-    if largest is None or cap.total[largest] >= gang.gpus_per_pod:
+    largest = cap.largest
+    if largest < 0 or cap.total[largest] >= gang.gpus_per_pod:
         return None
     name = snapshot.topology.nodes[largest].name
     return Unplaceable(

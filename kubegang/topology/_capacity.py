@@ -57,6 +57,8 @@ class FlavourCapacity:
     """``free_sum[level][d]``: whole free GPUs in the domain."""
     full_nodes: list[list[int]] = field(default_factory=list)
     """``full_nodes[level][d]``: nodes with every GPU of this flavour free."""
+    largest: int = -1
+    """The node with the most GPUs of this flavour (lowest number on ties): totals never change."""
 
     def pods_fit(self, level: Level, domain: int, gpus_per_pod: int) -> int:
         """Upper bound on pods of ``gpus_per_pod`` whole GPUs that fit in the domain (GPUs only)."""
@@ -90,7 +92,8 @@ class CapacityIndex:
                     totals.setdefault(key, [0] * topology.node_count)[n] += 1
         self.flavours: dict[str, FlavourCapacity] = {}
         for key, total in totals.items():
-            cap = FlavourCapacity(total=total, free=list(total), by_free=[set() for _ in range(size)])
+            cap = FlavourCapacity(total=total, free=list(total), by_free=[set() for _ in range(size)],
+                                  largest=max(range(len(total)), key=lambda n: (total[n], -n)))
             for n, t in enumerate(total):
                 if t:
                     cap.by_free[t].add(n)

@@ -56,6 +56,7 @@ from kubegang.placement import (
     node_scores,
     plan,
 )
+from kubegang.preemption import Candidate, plan_preemption
 from kubegang.topology import (
     FABRIC_LEVELS,
     NodeInfo,
@@ -168,6 +169,16 @@ def _waits_for_a_node(demand: PodDemand | None, obj: Mapping[str, Any]) -> bool:
     """A GPU pod kubegang did not plan, not bound yet and not being deleted."""
     return (demand is not None and demand.gpus > 0 and not demand.node_name and demand.pinned_node is None
             and not (obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _what_if_candidates(job_uids: Sequence[str]) -> list[Candidate]:
+    """WhatIf's candidates for the planner: the list position is the priority, so the planner's
+    preference (lower priority first) is the caller's (earlier first); a job offered twice keeps
+    its first place."""
+    first: dict[str, int] = {}
+    for uid in job_uids:
+        first.setdefault(uid, len(first))
+    return [Candidate(uid, priority=i, start_time=0.0) for uid, i in first.items()]
 
 
 class Ledger:
@@ -513,33 +524,35 @@ class Ledger:
         return freed
 
     def what_if(self, gang: GangRequest, candidates: Sequence[str]) -> WhatIfOutcome:
-        """See :class:`PlacementAuthority`: the shortest prefix that works, then pruned."""
+        """See :class:`PlacementAuthority`: the core's victim chooser, ``plan_preemption``.
+
+        Whole gangs only: evicting a candidate frees everything it holds in the ledger (its pods and
+        any slots still reserved for it); the gang's own reservation does not count against it. The
+        caller's order is the preference (earlier = preferred victim), given to the planner as the
+        candidates' priorities, so the set chosen is the planner's cheapest (fewest GPUs evicted),
+        then the one reaching least far down the list. Changes nothing.
+        """
         snap = self._current()
+        offered = _what_if_candidates(candidates)
         with snap.what_if():
             self._release_reserved(snap, gang.id)
+            found = plan_preemption(gang, snap, offered)
+            if found is not None:
+                position = {c.gang_id: c.priority for c in offered}
+                victims = tuple(sorted(found.victims, key=position.__getitem__))
+                return WhatIfOutcome(victims=victims, result=found.placement)
+            # Why not even every candidate suffices: the gang planned with all of them gone.
+            for c in offered:
+                if c.gang_id != gang.id:
+                    snap.release(c.gang_id)
             result = plan(gang, snap)
-            if isinstance(result, Placement):
-                return WhatIfOutcome(victims=(), result=result)
-            chosen: list[str] = []
-            for job in candidates:
-                snap.release(job)
-                chosen.append(job)
-                result = plan(gang, snap)
-                if isinstance(result, Placement):
-                    break
-            else:
-                return WhatIfOutcome(victims=(), result=result)
-        # Earlier candidates may be unnecessary once a later, bigger one is in: drop what we can.
-        for job in list(chosen[:-1]):
-            trial = [j for j in chosen if j != job]
-            with snap.what_if():
-                self._release_reserved(snap, gang.id)
-                for j in trial:
-                    snap.release(j)
-                attempt = plan(gang, snap)
-            if isinstance(attempt, Placement):
-                chosen, result = trial, attempt
-        return WhatIfOutcome(victims=tuple(chosen), result=result)
+        if isinstance(result, Placement):  # only when the planner's search budget ran out
+            log.warning("WhatIf for job %s: no victim set found within the search budget among %d candidates",
+                        gang.id, len(offered))
+            result = Unplaceable(gang_id=gang.id, level=gang.required_level or Level.CLUSTER,
+                                 reason=f"no victim set found within the search budget among {len(offered)} "
+                                        "candidates")
+        return WhatIfOutcome(victims=(), result=result)
 
     # ---- views -----------------------------------------------------------------------------
 

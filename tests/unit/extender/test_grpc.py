@@ -131,6 +131,44 @@ async def test_what_if(grpc_site: tuple[GrpcSite, FakePlacement], pki: PemPaths)
     assert isinstance(out.result, Placement)
 
 
+def _gpu_node(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"kubegang.io/leaf": "leaf-a", "nvidia.com/gpu.product": "H100"}},
+            "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8", "pods": "110"}}}
+
+
+def _gang_pod(job: str, node: str, gpus: int) -> dict[str, Any]:
+    return {"metadata": {"name": f"p-{job}", "namespace": "ns", "uid": f"uid-{job}",
+                         "labels": {"kubegang.io/job-uid": job, "kubegang.io/replica-index": "0"}},
+            "spec": {"nodeName": node,
+                     "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+            "status": {"phase": "Running"}}
+
+
+@session_loop
+async def test_what_if_over_grpc_is_the_ledgers_planner_answer(pki: PemPaths) -> None:
+    from kubegang.extender._ledger import Ledger
+
+    ledger = Ledger()
+    for name in ("n0", "n1"):
+        ledger.upsert_node(_gpu_node(name))
+    ledger.upsert_pod(_gang_pod("small", "n0", 2))
+    ledger.upsert_pod(_gang_pod("big", "n1", 8))
+    creds = server_credentials(pki.server_cert, pki.server_key, pki.ca_cert)
+    site = await serve_grpc(ledger, ExtenderMetrics(), "127.0.0.1:0", creds, default_ttl_seconds=60)
+    try:
+        async with _client(site, pki) as client:
+            one = await client.what_if(GangRequest(id="new", pods=1, gpus_per_pod=8), ["big", "small"])
+            two = await client.what_if(GangRequest(id="new", pods=2, gpus_per_pod=8), ["big", "small"])
+            three = await client.what_if(GangRequest(id="new", pods=3, gpus_per_pod=8), ["big", "small"])
+    finally:
+        await site.close(0)
+    assert one.victims == ("small",)  # fewest GPUs evicted
+    assert isinstance(one.result, Placement) and one.result.nodes == ("n0",)
+    assert two.victims == ("big", "small")  # in the candidates' order
+    assert isinstance(two.result, Placement)
+    assert three.victims == () and isinstance(three.result, Unplaceable)
+
+
 @pytest.mark.parametrize(
     ("method", "request_msg", "needle"),
     [

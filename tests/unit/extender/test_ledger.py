@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from typing import Any
 
@@ -200,6 +201,87 @@ def test_what_if_returns_the_smallest_victim_set() -> None:
     assert out.victims == ("small", "big")
     assert ledger.what_if(GangRequest(id="x", pods=3, gpus_per_pod=8), ["small", "big"]).victims == ()
     assert free(ledger) == {"n0": 6, "n1": 0}  # WhatIf changed nothing
+
+
+def test_what_if_prefers_earlier_candidates_and_frees_whole_gangs_only() -> None:
+    ledger = make(4)
+    for job, n in (("a", "n0"), ("b", "n1")):
+        ledger.upsert_pod(pod(f"{job}-0", 8, node_name=n, job=job, index=0))
+    reserve(ledger, "r", pods=2)  # n2, n3: reserved, no pods yet
+    gang = GangRequest(id="new", pods=1, gpus_per_pod=8)
+    # Either of two equally costly gangs suffices: the earlier in the caller's list goes.
+    assert ledger.what_if(gang, ["b", "a"]).victims == ("b",)
+    assert ledger.what_if(gang, ["a", "b"]).victims == ("a",)
+    # Fewest GPUs evicted comes first, then the caller's order.
+    assert ledger.what_if(gang, ["r", "a"]).victims == ("a",)
+    # A candidate's reserved slots go with it (the whole gang); victims come in the caller's order.
+    assert ledger.what_if(replace(gang, pods=2), ["r", "a"]).victims == ("r",)
+    out = ledger.what_if(replace(gang, pods=4), ["b", "r", "a"])
+    assert out.victims == ("b", "r", "a") and isinstance(out.result, Placement)
+    # Nothing listed holds anything (unknown, the gang itself): not placeable, no victims.
+    out = ledger.what_if(GangRequest(id="r", pods=3, gpus_per_pod=8), ["r", "nobody"])
+    assert out.victims == () and not isinstance(out.result, Placement)
+    assert free(ledger) == {"n0": 0, "n1": 0, "n2": 0, "n3": 0}  # WhatIf changed nothing
+
+
+def test_what_if_does_not_count_the_gangs_own_reservation_against_it() -> None:
+    ledger = make(2)
+    reserve(ledger, "new", pods=1)
+    ledger.upsert_pod(pod("a-0", 8, node_name=free_node(ledger), job="a", index=0))
+    out = ledger.what_if(GangRequest(id="new", pods=2, gpus_per_pod=8), ["a"])
+    assert out.victims == ("a",) and isinstance(out.result, Placement)
+    out = ledger.what_if(GangRequest(id="new", pods=1, gpus_per_pod=8), ["a"])
+    assert out.victims == () and isinstance(out.result, Placement)
+
+
+def free_node(ledger: Ledger) -> str:
+    return next(name for name, count in free(ledger).items() if count == 8)
+
+
+_jobs = st.lists(st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4, 8]), st.booleans()), min_size=3, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(jobs=_jobs, pods=st.integers(1, 5), gpus=st.sampled_from([2, 4, 8]),
+       required=st.sampled_from([None, Level.LEAF]), own=st.booleans(), order=st.randoms(use_true_random=False))
+def test_what_if_agrees_with_plan_preemption(jobs: list[tuple[int, int, bool]], pods: int, gpus: int,
+                                             required: Level | None, own: bool, order: random.Random) -> None:
+    """The extender's WhatIf is the core's planner: same victims, same placement, on a random cluster
+    (bound gangs and reserved ones, the gang's own reservation, unknown and repeated candidates)."""
+    from kubegang.placement import Unplaceable
+    from kubegang.preemption import Candidate, plan_preemption
+
+    ledger = make(6)
+    gang = GangRequest(id="new", pods=pods, gpus_per_pod=gpus, required_level=required)
+    if own:
+        ledger.reserve(replace(gang, pods=1), None, 60)
+    for k, (size, per_pod, bound) in enumerate(jobs):
+        job = GangRequest(id=f"job-{k}", pods=size, gpus_per_pod=per_pod)
+        if not bound:
+            ledger.reserve(job, None, 60)
+            continue
+        result = ledger.plan(job)
+        if isinstance(result, Placement):
+            for a in result.assignments:
+                ledger.upsert_pod(pod(f"{job.id}-{a.pod}", per_pod, node_name=a.node, pinned=a.node,
+                                      gpu_idx=",".join(map(str, a.gpus)), job=job.id, index=a.pod))
+    candidates = [f"job-{k}" for k in range(len(jobs))] + ["nobody", "new"]
+    order.shuffle(candidates)
+    candidates += candidates[:2]  # offered twice: the first place counts
+    before = ledger.snapshot()
+    out = ledger.what_if(gang, candidates)
+    assert ledger.snapshot() == before, "WhatIf must change nothing"
+
+    expected = ledger._current().clone()
+    expected.release("new")  # its own reservation (it has no pods)
+    ranked = [Candidate(uid, priority=i) for i, uid in enumerate(dict.fromkeys(candidates))]
+    found = plan_preemption(gang, expected, ranked)
+    if found is None:
+        assert out.victims == () and isinstance(out.result, Unplaceable)
+        return
+    assert set(out.victims) == set(found.victims)
+    assert list(out.victims) == [uid for uid in dict.fromkeys(candidates) if uid in found.victims]
+    assert out.result == found.placement
 
 
 def test_plan_changes_nothing_and_respects_required_level() -> None:

@@ -1,19 +1,17 @@
-"""The ``kubegang`` policy: the production core, driven as the operator's admission cycle drives it.
+"""The ``kubegang`` policy: the production admission cycle (``kubegang.admission``), in simulated time.
 
-Per pass, in rounds until nothing is left to try: take the heads of the leaf queues in fair-share
-order (``PendingQueues.heads``; reservation holders first, ``Backfill.order``), check quota up the
-tree (``QuotaTree.can_admit``), ``plan`` the whole gang on the snapshot (nodes reserved for another
-job excluded), allocate it and charge the quota; after each admission the heads are re-ordered (fair
-share moved). A head that does not fit in quota is parked until quota frees; one that fits in quota
-but not on the GPUs steps aside for the rest of the pass so the jobs behind it may start
-(``BestEffortFIFO`` backfill, ``kubegang.quota.Backfill``), and once it has been blocked for
-``reserve_after_seconds`` it reserves the nodes of the placement it would get once the fewest running
-gangs are gone (``plan_preemption`` over all running gangs, waited for instead of evicted). With
-``StrictFIFO`` it keeps its place and its queue waits. Within a pass, a gang at least as big (pods and
-GPUs per pod, same product) as one that found no room is not planned again. With priorities, a
-blocked head asks the quota policy for candidates (``candidates_for``) and the placement-aware
-planner (``plan_preemption``) for the fewest whole gangs whose eviction lets it run; victims go back
-to their queues and restart from scratch.
+The simulator has no admission loop of its own. Each scheduling pass runs ``AdmissionCycle.schedule``
+(the code the operator's leader runs) with ``run_sync`` and answers its effects from the simulated
+cluster, as the operator answers them from the extender and the API server:
+
+- ``Plan`` / ``Reserve`` / ``Release``: the core's ``plan`` on the run's snapshot, ``allocate_all``;
+- ``WhatIf``: ``kubegang.preemption.plan_preemption`` over the snapshot (the extender's answer);
+- ``Evict``: release the victim's GPUs and quota, back to its queue (a requeued job restarts);
+- ``Admit``: the gang starts (it holds its GPUs from ``Reserve``).
+
+Quota is the port ``_TreeQuota`` over ``kubegang.quota`` (the same ``PendingQueues`` order, ``candidates_for``
+policy and ``quota_victims`` chooser the operator's ``QuotaBook`` uses). Evictions are instantaneous
+here, so a pass runs cycles until one admits and preempts nothing.
 
 Queues: one leaf per team under one root; each leaf's nominal quota is an equal share of every GPU
 product, with unlimited borrowing and lending, so quota shapes the order (fair share) but never
@@ -23,25 +21,45 @@ idles GPUs. Leaves may preempt lower-priority jobs in their own queue and, while
 from __future__ import annotations
 
 import dataclasses
-import enum
 import random
+from collections.abc import Sequence
+from typing import Any
 
 from kubegang import preemption
-from kubegang.placement import GangRequest, Placement, Snapshot, plan
+from kubegang.admission import (
+    AdmissionCycle,
+    Admit,
+    AdmitResult,
+    CycleSettings,
+    Effect,
+    Evict,
+    Plan,
+    PlanAnswer,
+    Preemptible,
+    Release,
+    Reserve,
+    Verdict,
+    WhatIf,
+    WhatIfAnswer,
+    run_sync,
+)
+from kubegang.placement import AllocationError, Placement, Snapshot, plan
 from kubegang.quota import (
-    Backfill,
     BackfillPolicy,
     BorrowWithinParent,
     FlavorQuota,
+    Ok,
     PendingJob,
     PendingQueues,
     PreemptionPolicy,
     QueueSpec,
     QuotaTree,
     RunningJob,
+    Unschedulable,
     WithinQueue,
     candidates_for,
     fits_after_eviction,
+    quota_victims,
 )
 
 from ._cluster import Cluster
@@ -49,25 +67,95 @@ from ._engine import Step
 from ._metrics import gang_request
 from ._workload import Job
 
-
-class _Outcome(enum.Enum):
-    ADMITTED = "admitted"
-    NO_QUOTA = "no quota"
-    """Parked until quota frees (``PendingQueues.wake``)."""
-    NO_ROOM = "no room"
-    """Fits in quota, not on the GPUs."""
-
-
-def _covers(small: Job, job: Job) -> bool:
-    """Whether ``job`` needs at least what ``small`` needs (so it cannot fit where ``small`` did not)."""
-    return small.product == job.product and small.pods <= job.pods and small.gpus_per_pod <= job.gpus_per_pod
-
 ANY_PRODUCT = "any"
 """Quota flavour for jobs that name no GPU product."""
+MAX_CYCLES_PER_PASS = 16
+"""Cycles run back to back in one pass while they admit or preempt (evictions take no time here)."""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _SimJob:
+    """A simulated job as the admission cycle sees it (``kubegang.admission.Workload``)."""
+
+    job: Job
+    queue: str
+    excluded_nodes: frozenset[str] = frozenset()
+    previous_domain: str | None = None
+    requests_gpus: bool = True
+    generation: int = 1
+
+    @property
+    def uid(self) -> str:
+        return self.job.id
+
+    @property
+    def key(self) -> str:
+        return self.job.id
+
+
+class _TreeQuota:
+    """The cycle's quota port over ``kubegang.quota`` for simulated jobs."""
+
+    def __init__(self, tree: QuotaTree, clock: Any) -> None:
+        self.tree = tree
+        self.clock = clock
+        self.running_jobs: dict[str, tuple[_SimJob, float]] = {}
+        """UID -> (job, start time) of admitted jobs."""
+
+    def pending_job(self, job: _SimJob) -> PendingJob:
+        return PendingJob(job.uid, job.queue, {job.job.product or ANY_PRODUCT: job.job.gpus}, job.job.priority,
+                          job.job.arrival)
+
+    def _running(self) -> list[RunningJob]:
+        return [RunningJob(uid, job.queue, {job.job.product or ANY_PRODUCT: job.job.gpus}, job.job.priority, start)
+                for uid, (job, start) in self.running_jobs.items()]
+
+    def order(self, pending: Sequence[_SimJob]) -> list[_SimJob]:
+        queues = PendingQueues(self.tree)
+        by_uid = {job.uid: job for job in pending}
+        for job in pending:
+            queues.push(self.pending_job(job))
+        return [by_uid[head.job_id] for head in queues.heads()]
+
+    def flavor_options(self, job: _SimJob) -> list[_SimJob]:
+        return [job]
+
+    def can_admit(self, job: _SimJob) -> Verdict:
+        head = self.pending_job(job)
+        decision = self.tree.can_admit(head.queue, head.usage)
+        if isinstance(decision, Ok):
+            return Verdict(True)
+        return Verdict(False, decision.reason, never=isinstance(decision, Unschedulable))
+
+    def admit(self, job: _SimJob) -> Verdict:
+        head = self.pending_job(job)
+        decision = self.tree.admit(job.uid, head.queue, head.usage)
+        if not isinstance(decision, Ok):
+            return Verdict(False, decision.reason)
+        self.running_jobs[job.uid] = (job, self.clock())
+        return Verdict(True)
+
+    def release(self, job_uid: str) -> None:
+        self.tree.release(job_uid)
+        self.running_jobs.pop(job_uid, None)
+
+    def preemption_candidates(self, job: _SimJob) -> list[Preemptible[_SimJob]]:
+        return [Preemptible(self.running_jobs[c.job.job_id][0], c.reason.value)
+                for c in candidates_for(self.pending_job(job), self.tree, self._running())]
+
+    def quota_victims(self, job: _SimJob, candidates: Sequence[str]) -> list[str] | None:
+        return quota_victims(self.tree, self.pending_job(job), candidates)
+
+    def can_admit_without(self, job: _SimJob, evicted: Sequence[str]) -> Verdict:
+        decision = fits_after_eviction(self.tree, self.pending_job(job), evicted)
+        return Verdict(True) if isinstance(decision, Ok) else Verdict(False, decision.reason)
+
+    def running(self) -> list[_SimJob]:
+        return [job for job, _ in sorted(self.running_jobs.values(), key=lambda pair: pair[1])]
 
 
 class KubegangPolicy:
-    """Queue tree + fair share + whole-gang placement (+ gang preemption when priorities differ)."""
+    """Queue tree + fair share + whole-gang placement + gang preemption + backfill: the operator's cycle."""
 
     name = "kubegang"
 
@@ -91,31 +179,24 @@ class KubegangPolicy:
             for i in range(self.queues)
         ]
         self.tree = QuotaTree(specs, clock=lambda: self.now)
-        self.pending = PendingQueues(self.tree)
-        self.backfill = Backfill(self.backfill_policy)
-        self.jobs: dict[str, Job] = {}
-        self.running: dict[str, RunningJob] = {}
-
-    def _pending_job(self, job: Job) -> PendingJob:
-        return PendingJob(job.id, self._queue(job), {job.product or ANY_PRODUCT: job.gpus}, job.priority, job.arrival)
-
-    def _queue(self, job: Job) -> str:
-        return job.queue if job.queue in self.tree.leaves else "team-0"
+        self.quota = _TreeQuota(self.tree, lambda: self.now)
+        self.cycle: AdmissionCycle[_SimJob, Placement] = AdmissionCycle(
+            self.quota, settings=CycleSettings(backfill=self.backfill_policy), clock=lambda: self.now)
+        self.waiting_jobs: dict[str, _SimJob] = {}
+        self._step = Step()
 
     def submit(self, job: Job, now: float) -> None:
         self.now = now
-        self.jobs[job.id] = job
-        self.pending.push(self._pending_job(job))
+        queue = job.queue if job.queue in self.tree.leaves else "team-0"
+        self.waiting_jobs[job.id] = _SimJob(job, queue)
 
     def finished(self, job: Job, now: float) -> None:
         self.now = now
-        self.running.pop(job.id, None)
-        self.backfill.forget(job.id)
-        self.tree.release(job.id)
-        self.pending.wake()
+        self.quota.release(job.id)
+        self.cycle.forget(job.id)
 
     def waiting(self) -> int:
-        return len(self.pending)
+        return len(self.waiting_jobs)
 
     def partial_gpus(self) -> int:
         return 0  # a gang is allocated whole or not at all
@@ -125,98 +206,54 @@ class KubegangPolicy:
 
     def schedule(self, now: float) -> Step:
         self.now = now
-        step = Step()
-        no_room: list[Job] = []
-        try:
-            while True:
-                progress = False
-                for head in self.backfill.order(self.pending.heads()):
-                    outcome = self._try_admit(head, step, no_room)
-                    if outcome is _Outcome.ADMITTED:
-                        progress = True
-                        break  # fair share moved: re-order the heads
-                    if outcome is _Outcome.NO_ROOM and self.backfill.steps_aside:
-                        self.pending.step_aside(head.job_id)
-                        progress = True  # the job behind it is the new head
-                if not progress:
-                    break
-        finally:
-            self.pending.restore()
-        return step
+        self._step = Step()
+        for _ in range(MAX_CYCLES_PER_PASS):
+            if not self.waiting_jobs:
+                break
+            entries = run_sync(
+                self.cycle.schedule(list(self.waiting_jobs.values()), holds_pods=lambda uid: False), self._answer)
+            if not any(e.result in (AdmitResult.ADMITTED, AdmitResult.PREEMPTING) for e in entries):
+                break
+        return self._step
 
-    def _request(self, job: Job) -> GangRequest:
-        """The job's gang, kept off the nodes reserved for other jobs."""
-        excluded = self.backfill.excluded_for(job.id)
-        gang = gang_request(job)
-        return dataclasses.replace(gang, excluded_nodes=excluded) if excluded else gang
-
-    def _try_admit(self, head: PendingJob, step: Step, no_room: list[Job]) -> _Outcome:
-        job = self.jobs[head.job_id]
-        holder = self.backfill.reservation(head.job_id) is not None
-        if not holder and any(_covers(small, job) for small in no_room):
-            self.backfill.blocked(job.id, self.now)
-            return _Outcome.NO_ROOM  # a smaller gang found no room in this pass: neither will this one
-        self.pending.remove(head.job_id)
-        decision = self.tree.can_admit(head.queue, head.usage)
-        if not decision:
-            if not self.tree.can_ever_fit(head.queue, head.usage):
-                raise ValueError(f"job {job.id} can never fit in queue {head.queue}: {decision}")
-            if not self._preempt(head, step):
-                self.pending.requeue(head, inadmissible=True)
-                self._blocked(job, None)  # a gang bigger than the free GPUs is refused by quota first
-                return _Outcome.NO_QUOTA
-            no_room.clear()  # evictions freed GPUs
-        gang = self._request(job)
-        result = plan(gang, self.snapshot)
-        if not isinstance(result, Placement):
-            if not self._preempt(head, step):
-                self.pending.requeue(head)
-                self._blocked(job, None if holder else no_room)
-                return _Outcome.NO_ROOM
-            no_room.clear()
+    def _answer(self, effect: Effect[_SimJob, Placement]) -> Any:
+        """The simulated cluster's answer to one effect of the cycle (the extender's and the API's part)."""
+        if isinstance(effect, Plan):
+            gang = dataclasses.replace(gang_request(effect.job.job), excluded_nodes=effect.excluded_nodes)
             result = plan(gang, self.snapshot)
-            if not isinstance(result, Placement):
-                raise AssertionError(f"preemption for {job.id} was planned but the gang does not fit")
-        if not self.tree.admit(job.id, head.queue, head.usage):
-            self.pending.requeue(head, inadmissible=True)
-            return _Outcome.NO_QUOTA
-        self.snapshot.allocate_all(result.allocations(gang))
-        self.running[job.id] = RunningJob(job.id, head.queue, head.usage, job.priority, self.now)
-        self.backfill.forget(job.id)
-        step.started.append(job.id)
-        return _Outcome.ADMITTED
+            if isinstance(result, Placement):
+                return PlanAnswer(result)
+            return PlanAnswer(None, result.reason, never=result.never)
+        if isinstance(effect, Reserve):
+            try:
+                self.snapshot.allocate_all(effect.placement.allocations(gang_request(effect.job.job)))
+            except AllocationError as exc:
+                return Verdict(False, str(exc))
+            return Verdict(True)
+        if isinstance(effect, WhatIf):
+            return self._what_if(effect.job, effect.candidates)
+        if isinstance(effect, Release):
+            if self.snapshot.allocations_of(effect.job.uid):
+                self.snapshot.release(effect.job.uid)
+            return None
+        if isinstance(effect, Evict):
+            victim = effect.victim
+            self.snapshot.release(victim.uid)
+            self.quota.release(victim.uid)
+            self.waiting_jobs[victim.uid] = victim
+            self._step.evicted.append(victim.uid)
+            return None
+        if isinstance(effect, Admit):
+            self.waiting_jobs.pop(effect.job.uid, None)
+            self._step.started.append(effect.job.uid)
+            return None
+        raise TypeError(f"unknown effect {effect!r}")
 
-    def _blocked(self, job: Job, no_room: list[Job] | None) -> None:
-        """``job`` waits for GPUs or quota: note it, and reserve its nodes once it is due."""
-        if no_room is not None:
-            no_room.append(job)
-        self.backfill.blocked(job.id, self.now)
-        if not self.backfill.reservation_due(job.id, self.now):
-            return
-        # The gangs to wait for: the fewest whose end lets it run (oldest first on ties), not evicted.
-        waited = [preemption.Candidate(r.job_id, 0, -r.started) for r in self.running.values()]
-        found = preemption.plan_preemption(gang_request(job), self.snapshot, waited)
-        if found is not None:
-            self.backfill.reserve(job.id, found.placement.nodes)
-
-    def _preempt(self, head: PendingJob, step: Step) -> bool:
-        """Evict the fewest whole gangs that let ``head`` fit, when quota policy allows any."""
-        if not any(r.priority < head.priority for r in self.running.values()):
-            return False
-        allowed = candidates_for(head, self.tree, self.running.values())
-        if not allowed:
-            return False
-        offered = [preemption.Candidate(c.job.job_id, c.job.priority, c.job.started) for c in allowed]
-        found = preemption.plan_preemption(self._request(self.jobs[head.job_id]), self.snapshot, offered)
-        if found is None or not found.victims:
-            return False
-        if not fits_after_eviction(self.tree, head, found.victims):
-            return False
-        for victim in found.victims:
-            self.snapshot.release(victim)
-            self.tree.release(victim)
-            self.running.pop(victim)
-            self.pending.push(self._pending_job(self.jobs[victim]))
-            step.evicted.append(victim)
-        self.pending.wake()
-        return True
+    def _what_if(self, job: _SimJob, candidates: Sequence[_SimJob]) -> WhatIfAnswer:
+        # Earlier in the cycle's list = preferred victim: the planner prefers lower priority, then the
+        # most recently started, so the list position becomes the priority.
+        offered = [preemption.Candidate(c.uid, priority=i, start_time=0.0) for i, c in enumerate(candidates)]
+        found = preemption.plan_preemption(gang_request(job.job), self.snapshot, offered)
+        if found is None:
+            return WhatIfAnswer(None)
+        return WhatIfAnswer(found.victims, frozenset(found.placement.nodes))

@@ -23,7 +23,9 @@ One cycle, as Kueue's ``schedule()``:
 5. **Preemption** — one victim chooser: the quota policy offers candidates (least disruptive first);
    quota picks the fewest it needs gone (``kubegang.quota.quota_victims``); the placement port's
    ``WhatIf`` adds what the GPUs still need, among the candidates only; quota confirms the preemptor
-   then fits. Only then are the victims evicted, whole; the preemptor waits until their pods are gone.
+   then fits. Only then are the victims evicted, whole; the preemptor waits until their pods are gone,
+   and the nodes it freed are its own meanwhile (``CLAIM_SECONDS``): a job behind it that took them
+   would only be evicted in turn.
 6. **Backfill reservation** — a head blocked (on GPUs or quota) longer than the policy's threshold
    reserves the nodes it would get once the fewest running gangs are gone (``WhatIf`` over them,
    waited for, not evicted): Slurm's EASY backfill without run times. Later jobs are placed without
@@ -73,6 +75,9 @@ BACKOFF_FIRST_SECONDS = 1.0
 """First retry delay of a job whose handling raised; doubled per failure up to ``BACKOFF_MAX_SECONDS``."""
 BACKOFF_MAX_SECONDS = 300.0
 """Longest retry delay of a failing job (a spec change retries it at once)."""
+CLAIM_SECONDS = 300.0
+"""How long the nodes a preemptor freed stay its own: no other gang is placed there meanwhile, so the
+GPUs it evicted for are not taken by a job behind it (which it would then evict again, forever)."""
 CLUSTER_BOUND = frozenset({WaitReason.NO_NODE_LARGE_ENOUGH})
 """Unschedulable reasons that the cluster (new nodes), not the queue tree, can change: retried."""
 
@@ -103,6 +108,8 @@ class AdmissionCycle(Generic[J, P]):
         """UID -> (generation, time of the next try, failures so far) of jobs whose handling raised."""
         self._preempting: dict[str, frozenset[str]] = {}
         """Preemptor UID -> UIDs of the victims it waits for."""
+        self._claims: dict[str, tuple[frozenset[str], float]] = {}
+        """Preemptor UID -> (nodes it freed by eviction, until when no one else is placed there)."""
         self._admitted_uid: str | None = None
         """The job the current attempt admitted (an error after that must not give its quota back)."""
 
@@ -116,6 +123,7 @@ class AdmissionCycle(Generic[J, P]):
         self._never.pop(uid, None)
         self._retry_at.pop(uid, None)
         self._preempting.pop(uid, None)
+        self._claims.pop(uid, None)
         self.backfill.forget(uid)
 
     def reservation(self, uid: str) -> frozenset[str] | None:
@@ -126,6 +134,7 @@ class AdmissionCycle(Generic[J, P]):
     def schedule(self, pending: Sequence[J], *, holds_pods: Callable[[str], bool]) -> Cycle[J, P]:
         """One cycle over ``pending``; ``holds_pods(uid)``: whether that gang still has pods (victims)."""
         now = self.clock()
+        self._claims = {uid: claim for uid, claim in self._claims.items() if claim[1] > now}
         # (1) Candidates.
         candidates = [job for job in pending
                       if self._never.get(job.uid) != job.generation and not self._backing_off(job, now)]
@@ -212,7 +221,7 @@ class AdmissionCycle(Generic[J, P]):
             return self._entry(job, AdmitResult.QUEUED, WaitReason.PREEMPTING,
                                "waiting for preempted gangs to terminate")
         self._preempting.pop(job.uid, None)
-        excluded = job.excluded_nodes | self.backfill.excluded_for(job.uid)
+        excluded = job.excluded_nodes | self.backfill.excluded_for(job.uid) | self._claimed_by_others(job.uid)
         fitting = [option for option, verdict in possible if verdict.ok]
         if not fitting:
             first, verdict = possible[0]
@@ -249,43 +258,54 @@ class AdmissionCycle(Generic[J, P]):
         self._admitted_uid = option.uid
         yield Admit(option, placement)
         self.backfill.forget(option.uid)
+        self._claims.pop(option.uid, None)
         return Entry(option, AdmitResult.ADMITTED, message=f"admitted to queue {job.queue}", placement=placement)
 
     # (5) Preemption -------------------------------------------------------------------------------
+    def _claimed_by_others(self, uid: str) -> frozenset[str]:
+        out: set[str] = set()
+        for holder, (nodes, _) in self._claims.items():
+            if holder != uid:
+                out |= nodes
+        return frozenset(out)
+
     def _preempt_or_queue(self, job: J, reason: WaitReason, message: str) -> _Step[J, P]:
-        victims = yield from self._choose_victims(job)
+        victims, nodes = yield from self._choose_victims(job)
         if not victims:
             return self._entry(job, AdmitResult.QUEUED, reason, message)
         for victim, why in victims:
             yield Evict(victim, job, why)
         self._preempting[job.uid] = frozenset(victim.uid for victim, _ in victims)
+        self._claims[job.uid] = (nodes, self.clock() + CLAIM_SECONDS)
         names = ", ".join(victim.key for victim, _ in victims)
         return Entry(job, AdmitResult.PREEMPTING, WaitReason.PREEMPTING, f"{message}; preempting {names}",
                      victims=tuple(victim for victim, _ in victims))
 
-    def _choose_victims(self, job: J) -> Generator[Effect[J, P], Any, list[tuple[J, str]]]:
+    def _choose_victims(self, job: J) -> Generator[Effect[J, P], Any, tuple[list[tuple[J, str]], frozenset[str]]]:
         """The one victim chooser: whole gangs, among what policy allows, the fewest that let ``job``
-        both fit its quota and be placed; [] when no such set exists (nobody is evicted then)."""
+        both fit its quota and be placed, and the nodes it would be placed on; no victims when no such
+        set exists (nobody is evicted then)."""
+        none: tuple[list[tuple[J, str]], frozenset[str]] = ([], frozenset())
         candidates = self.quota.preemption_candidates(job)
         if not candidates:
-            return []
+            return none
         by_uid = {c.job.uid: c for c in candidates}
         for_quota = self.quota.quota_victims(job, list(by_uid))
         if for_quota is None:
-            return []
+            return none
         # Those go anyway, so the placement port is asked with them first in line.
         order = for_quota + [uid for uid in by_uid if uid not in for_quota]
         answer: WhatIfAnswer = yield WhatIf(job, tuple(by_uid[uid].job for uid in order))
         if answer.victims is None:
-            return []  # not placeable even with every candidate gone
+            return none  # not placeable even with every candidate gone
         unknown = [uid for uid in answer.victims if uid not in by_uid]
         if unknown:
             log.error("WhatIf for %s returned non-candidates %s; not preempting", job.key, unknown)
-            return []
+            return none
         chosen = list(dict.fromkeys([*for_quota, *answer.victims]))
         if not chosen or not self.quota.can_admit_without(job, chosen).ok:
-            return []
-        return [(by_uid[uid].job, by_uid[uid].why) for uid in chosen]
+            return none
+        return [(by_uid[uid].job, by_uid[uid].why) for uid in chosen], answer.nodes
 
     # (6) Backfill reservation -----------------------------------------------------------------
     def _blocked(self, job: J, entry: Entry[J, P], now: float) -> _Step[J, P]:

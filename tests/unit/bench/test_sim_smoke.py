@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import defaultdict
 
 import pytest
 
-from bench.sim import POLICIES, GangWorkload, Job, KubegangPolicy, Policy, Step, generate, load_cluster, simulate
+from bench.sim import (
+    POLICIES,
+    GangWorkload,
+    Job,
+    KubegangPolicy,
+    Policy,
+    Step,
+    benchmark_spec,
+    for_cluster,
+    generate,
+    load_cluster,
+    simulate,
+)
 from bench.sim import _openb as openb
 from bench.sim._baselines import DefaultSchedulerModel
 from bench.sim._cluster import Cluster
@@ -182,3 +195,24 @@ def test_inflation_reaches_the_target_with_clones_of_trace_tasks() -> None:
     assert 1.3 * 6212 <= requested < 1.3 * 6212 + 8
     originals = {t.name for t in tasks}
     assert all(t.name.rsplit("-clone-", 1)[0] in originals for t in inflated[len(tasks):])
+
+
+def test_a_gang_evicted_for_a_preemptor_is_not_evicted_again_and_again() -> None:
+    """The shared cycle once evicted one job of this run 2,664 times: the GPUs it freed went back to it
+    (backfill past the preemptor), and it was evicted again. The preemptor now claims what it freed."""
+    cluster = load_cluster("superpod-h100")
+    spec = dataclasses.replace(benchmark_spec("kalos", 1500, 1), priority_share=0.2)
+    evicted: defaultdict[str, int] = defaultdict(int)
+
+    class Counting(KubegangPolicy):
+        def schedule(self, now: float) -> Step:
+            step = super().schedule(now)
+            for uid in step.evicted:
+                evicted[uid] += 1
+                assert evicted[uid] <= 3, f"{uid} evicted {evicted[uid]} times"  # fail fast, not loop
+            return step
+
+    jobs = for_cluster(spec, cluster)
+    result = simulate(Counting(), cluster, jobs, seed=1)
+    assert result.metrics.completed == len(jobs)
+    assert evicted and max(evicted.values()) <= 3, sorted(evicted.items(), key=lambda kv: -kv[1])[:3]

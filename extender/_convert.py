@@ -59,6 +59,7 @@ def gang_from_proto(msg: pb.Gang) -> GangRequest:
             excluded_nodes=frozenset(msg.excluded_nodes),
             required_level=_level(msg.required_level, "required_level"),
             preferred_level=_level(msg.preferred_level, "preferred_level"),
+            preferred_domain=msg.preferred_domain or None,
         )
     except InvalidMessage:
         raise
@@ -86,6 +87,7 @@ def gang_to_proto(gang: GangRequest, *, namespace: str = "", name: str = "", pri
         preferred_level=gang.preferred_level.label if gang.preferred_level is not None else "",
         excluded_nodes=sorted(gang.excluded_nodes),
         priority=priority,
+        preferred_domain=gang.preferred_domain or "",
     )
 
 

@@ -25,7 +25,9 @@ from kubegang.placement import Placement as CorePlacement
 log = logging.getLogger("kubegang.operator.placement")
 
 
-def gang_request(job: JobView, excluded_nodes: frozenset[str] = frozenset()) -> GangRequest:
+def gang_request(
+    job: JobView, excluded_nodes: frozenset[str] = frozenset(), preferred_domain: str | None = None
+) -> GangRequest:
     """The core GangRequest of ``job`` (id = job UID)."""
     pod_spec = job.template.get("spec") or {}
     return GangRequest(
@@ -41,6 +43,7 @@ def gang_request(job: JobView, excluded_nodes: frozenset[str] = frozenset()) -> 
         excluded_nodes=excluded_nodes,
         required_level=Level.parse(job.spec.topology.required) if job.spec.topology.required else None,
         preferred_level=Level.parse(job.spec.topology.preferred) if job.spec.topology.preferred else None,
+        preferred_domain=preferred_domain,
     )
 
 
@@ -67,10 +70,7 @@ class ExtenderPlacement:
         self._planned: dict[str, tuple[GangRequest, CorePlacement]] = {}
 
     async def plan(self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None) -> PlanResult:
-        # The gRPC request has no preferred domain yet; the narrowest-first search usually lands a
-        # restarted gang where it was, since that domain's GPUs were just freed.
-        del preferred_domain
-        gang = gang_request(job, excluded_nodes)
+        gang = gang_request(job, excluded_nodes, preferred_domain)
         try:
             result = await self.client.plan(gang, namespace=job.namespace, name=job.name)
         except grpc.aio.AioRpcError as exc:

@@ -94,18 +94,33 @@ def _candidates(cap: FlavourCapacity, snapshot: Snapshot, gang: GangRequest, lev
     if level is Level.NODE:
         leaf_of = snapshot.topology.domain_of[Level.LEAF]
         leaf_full = cap.full_nodes[Level.LEAF]
+        preferred = _preferred(snapshot, gang, level)
+        if preferred >= 0 and cap.free[preferred] >= g * p:
+            yield preferred
         for free in range(g * p, len(cap.by_free)):
             # Same room in a bucket: prefer leaves with fewer whole free nodes (keep those for gangs).
             yield from sorted(cap.by_free[free], key=lambda n: (leaf_full[leaf_of[n]], n))
         return
+    preferred = _preferred(snapshot, gang, level)
     scored = []
     for d in snapshot.topology.proper[level]:
         room = cap.pods_fit(level, d, g)
         if room >= p:
-            scored.append((room, cap.free_sum[level][d], d))
+            scored.append((d != preferred, room, cap.free_sum[level][d], d))
     scored.sort()
-    for _, _, d in scored:
+    for *_, d in scored:
         yield d
+
+
+def _preferred(snapshot: Snapshot, gang: GangRequest, level: Level) -> int:
+    """The number of the gang's preferred domain at ``level``, or -1."""
+    if gang.preferred_domain is None:
+        return -1
+    names = snapshot.topology.domain_names[level]
+    try:
+        return names.index(gang.preferred_domain)
+    except ValueError:
+        return -1
 
 
 def _placement(snapshot: Snapshot, gang: GangRequest, fit: DomainFit) -> Placement:

@@ -77,6 +77,9 @@ class GangRequest:
     """All pods within one domain of this level; None means anywhere in the cluster."""
     preferred_level: Level | None = None
     """Reported as met or not; narrowest-first search already honours it whenever it can."""
+    preferred_domain: str | None = None
+    """A domain (of any level) tried first among those of its level that hold the gang: where a
+    restarted gang last ran, so its nodes' caches and its neighbours stay the same."""
 
     def __post_init__(self) -> None:
         if not self.id:

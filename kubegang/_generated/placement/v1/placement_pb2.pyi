@@ -19,7 +19,7 @@ class Toleration(_message.Message):
     def __init__(self, key: _Optional[str] = ..., operator: _Optional[str] = ..., value: _Optional[str] = ..., effect: _Optional[str] = ...) -> None: ...
 
 class Gang(_message.Message):
-    __slots__ = ("job_uid", "namespace", "name", "pods", "gpus_per_pod", "gpu_fraction_milli", "cpu_milli_per_pod", "memory_mib_per_pod", "gpu_product", "mig_profile", "node_selector", "tolerations", "required_level", "preferred_level", "excluded_nodes", "priority")
+    __slots__ = ("job_uid", "namespace", "name", "pods", "gpus_per_pod", "gpu_fraction_milli", "cpu_milli_per_pod", "memory_mib_per_pod", "gpu_product", "mig_profile", "node_selector", "tolerations", "required_level", "preferred_level", "excluded_nodes", "priority", "preferred_domain")
     class NodeSelectorEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class Gang(_message.Message):
     PREFERRED_LEVEL_FIELD_NUMBER: _ClassVar[int]
     EXCLUDED_NODES_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    PREFERRED_DOMAIN_FIELD_NUMBER: _ClassVar[int]
     job_uid: str
     namespace: str
     name: str
@@ -59,7 +60,8 @@ class Gang(_message.Message):
     preferred_level: str
     excluded_nodes: _containers.RepeatedScalarFieldContainer[str]
     priority: int
-    def __init__(self, job_uid: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., pods: _Optional[int] = ..., gpus_per_pod: _Optional[int] = ..., gpu_fraction_milli: _Optional[int] = ..., cpu_milli_per_pod: _Optional[int] = ..., memory_mib_per_pod: _Optional[int] = ..., gpu_product: _Optional[str] = ..., mig_profile: _Optional[str] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., tolerations: _Optional[_Iterable[_Union[Toleration, _Mapping]]] = ..., required_level: _Optional[str] = ..., preferred_level: _Optional[str] = ..., excluded_nodes: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ...) -> None: ...
+    preferred_domain: str
+    def __init__(self, job_uid: _Optional[str] = ..., namespace: _Optional[str] = ..., name: _Optional[str] = ..., pods: _Optional[int] = ..., gpus_per_pod: _Optional[int] = ..., gpu_fraction_milli: _Optional[int] = ..., cpu_milli_per_pod: _Optional[int] = ..., memory_mib_per_pod: _Optional[int] = ..., gpu_product: _Optional[str] = ..., mig_profile: _Optional[str] = ..., node_selector: _Optional[_Mapping[str, str]] = ..., tolerations: _Optional[_Iterable[_Union[Toleration, _Mapping]]] = ..., required_level: _Optional[str] = ..., preferred_level: _Optional[str] = ..., excluded_nodes: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., preferred_domain: _Optional[str] = ...) -> None: ...
 
 class PodPlacement(_message.Message):
     __slots__ = ("pod_index", "node", "gpu_indices", "gpu_milli")

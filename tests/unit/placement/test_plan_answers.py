@@ -1,8 +1,8 @@
-"""A gang that no node of the cluster could ever hold is said to be so (``Unplaceable.never``)."""
+"""What `plan` answers beyond a placement: gangs no node could ever hold, and a preferred domain."""
 
 from __future__ import annotations
 
-from kubegang.placement import GangRequest, Snapshot, Unplaceable, plan
+from kubegang.placement import GangRequest, Placement, Snapshot, Unplaceable, plan
 from kubegang.topology import GPUInfo, NodeInfo, compile_index
 
 
@@ -27,3 +27,13 @@ def test_a_gang_that_fits_once_gpus_free_up_is_not_never() -> None:
     snapshot = _snapshot({"a": 8, "b": 8})
     result = plan(GangRequest(id="g", pods=3, gpus_per_pod=8), snapshot)
     assert isinstance(result, Unplaceable) and not result.never
+
+
+def test_a_restarted_gang_prefers_the_domain_it_last_ran_in() -> None:
+    nodes = [NodeInfo(f"n{i}", {"kubegang.io/leaf": f"l{i // 2}"}, tuple(GPUInfo(j, "H100") for j in range(8)))
+             for i in range(6)]
+    snapshot = Snapshot(compile_index(nodes))
+    first = plan(GangRequest(id="g", pods=2, gpus_per_pod=8), snapshot)
+    assert isinstance(first, Placement) and first.domain == "l0"  # ties: the first leaf
+    again = plan(GangRequest(id="g", pods=2, gpus_per_pod=8, preferred_domain="l2"), snapshot)
+    assert isinstance(again, Placement) and again.domain == "l2" and set(again.nodes) == {"n4", "n5"}

@@ -140,6 +140,8 @@ class _TreeQuota:
         self.running_jobs.pop(job_uid, None)
 
     def preemption_candidates(self, job: _SimJob) -> list[Preemptible[_SimJob]]:
+        if not any(other.job.priority < job.job.priority for other, _ in self.running_jobs.values()):
+            return []  # the simulator's queues preempt lower priority only (no reclaimFromBorrowers)
         return [Preemptible(self.running_jobs[c.job.job_id][0], c.reason.value)
                 for c in candidates_for(self.pending_job(job), self.tree, self._running())]
 

@@ -67,9 +67,14 @@ def candidates_for(preemptor: PendingJob, tree: QuotaTree, running: Iterable[Run
     node = tree._node(preemptor.queue)
     needed = {f for f, a in preemptor.usage.items() if a > 0}
     steps = tree._extra_along_path(node, preemptor.usage)
+    # Only reclaimFromBorrowers: Any may evict a job that does not have lower priority: skipping the
+    # others here keeps a blocked head's question O(running) cheap comparisons, not O(running) judgements.
+    any_priority = node.spec.preemption.reclaim_from_borrowers is ReclaimFromBorrowers.ANY
     out: list[tuple[tuple[int, int, float, str], Candidate]] = []
     for job in running:
-        if job.job_id == preemptor.job_id or not needed.intersection(f for f, a in job.usage.items() if a > 0):
+        if job.job_id == preemptor.job_id or (job.priority >= preemptor.priority and not any_priority):
+            continue
+        if not needed.intersection(f for f, a in job.usage.items() if a > 0):
             continue
         candidate = _judge(preemptor, job, tree, node, needed=needed, steps=steps)
         if candidate is not None:

@@ -137,6 +137,8 @@ class Admission:
         self._background: set[asyncio.Task[Any]] = set()
         self._waiting_written: dict[str, tuple[str, str, float]] = {}
         """UID → (phase, reason, monotonic time) of the last waiting status written."""
+        self._reserving: set[str] = set()
+        """UIDs of jobs holding a backfill reservation (announced once, by an Event)."""
 
     # -- housekeeping before a cycle -------------------------------------------------------------
     def sync_queues(self) -> list[str]:
@@ -161,6 +163,7 @@ class Admission:
             uid = self.cache.deleted.pop()
             self.writer.discard(uid)
             self._waiting_written.pop(uid, None)
+            self._reserving.discard(uid)
             self.cycle.forget(uid)
             self.quota.release(uid)
             await self.placement.release(uid)
@@ -242,9 +245,15 @@ class Admission:
         job, reason = entry.job, entry.reason
         outcome = Outcome(job.key, entry.result, entry.message, reason)
         if entry.result is AdmitResult.ADMITTED and entry.placement is not None:
+            self._reserving.discard(job.uid)
             return dataclasses.replace(outcome, message=_admitted_message(job, entry.placement))
         if reason is WaitReason.WAITING_IN_QUEUE and job.phase is not Phase.PENDING:
             return outcome  # not tried this cycle: it keeps the more specific reason it has
+        if entry.reservation and job.uid not in self._reserving:
+            self._reserving.add(job.uid)
+            self.notify(job, "BackfillReservation", f"reserved {len(entry.reservation)} nodes "
+                        f"({', '.join(sorted(entry.reservation)[:8])}{' ...' if len(entry.reservation) > 8 else ''}): "
+                        "later jobs are placed around them until this job starts")
         if entry.result is AdmitResult.PREEMPTING:
             names = ", ".join(v.key for v in entry.victims)
             self.notify(job, "Preempting", f"evicting {len(entry.victims)} gang(s) to make room: {names}")

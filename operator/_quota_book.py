@@ -101,6 +101,7 @@ class QuotaBook:
         self.tree = QuotaTree([], unit=MILLI)
         self._namespaces: dict[str, frozenset[str]] = {}
         self._queue_priority: dict[str, int] = {}
+        self._reserve_after: dict[str, float] = {}
         self._held: dict[str, JobView] = {}
 
     # -- tree ------------------------------------------------------------------------------------
@@ -109,6 +110,7 @@ class QuotaBook:
         problems: list[str] = []
         namespaces: dict[str, frozenset[str]] = {}
         priorities: dict[str, int] = {}
+        reserve_after: dict[str, float] = {}
         for body in queues:
             name = (body.get("metadata") or {}).get("name", "?")
             try:
@@ -120,6 +122,8 @@ class QuotaBook:
             namespaces[str(name)] = frozenset(model.spec.namespaces)
             if model.spec.priority is not None:
                 priorities[str(name)] = model.spec.priority
+            if model.spec.backfill.reserve_after_seconds is not None:
+                reserve_after[str(name)] = float(model.spec.backfill.reserve_after_seconds)
         try:
             tree = QuotaTree(specs, unit=MILLI)
         except QuotaSpecError as exc:
@@ -128,6 +132,7 @@ class QuotaBook:
         self.tree = tree
         self._namespaces = namespaces
         self._queue_priority = priorities
+        self._reserve_after = reserve_after
         self._held = {}
         return problems
 
@@ -271,6 +276,9 @@ class QuotaBook:
 
     def quota_victims(self, job: JobView, candidates: Sequence[str]) -> list[str] | None:
         return quota_victims(self.tree, self._pending_job(job), candidates)
+
+    def reserve_after(self, job: JobView) -> float | None:
+        return self._reserve_after.get(job.queue)
 
     def running(self) -> list[JobView]:
         return sorted(self._held.values(), key=lambda held: held.admitted_at or "")

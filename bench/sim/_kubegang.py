@@ -152,6 +152,9 @@ class _TreeQuota:
         decision = fits_after_eviction(self.tree, self.pending_job(job), evicted)
         return Verdict(True) if isinstance(decision, Ok) else Verdict(False, decision.reason)
 
+    def reserve_after(self, job: _SimJob) -> float | None:
+        return None  # the policy's threshold for every queue
+
     def running(self) -> list[_SimJob]:
         return [job for job, _ in sorted(self.running_jobs.values(), key=lambda pair: pair[1])]
 

@@ -314,7 +314,7 @@ class AdmissionCycle(Generic[J, P]):
             return entry
         self.backfill.blocked(job.uid, now)
         held = self.backfill.reservation(job.uid)
-        if held is None and self.backfill.reservation_due(job.uid, now):
+        if held is None and self.backfill.reservation_due(job.uid, now, after=self.quota.reserve_after(job)):
             answer: WhatIfAnswer = yield WhatIf(job, tuple(r for r in self.quota.running() if r.uid != job.uid))
             if answer.victims is not None and answer.nodes:
                 self.backfill.reserve(job.uid, answer.nodes)

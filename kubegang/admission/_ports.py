@@ -51,6 +51,11 @@ class QuotaPort(Protocol[J]):
         """Whether ``job`` would fit in quota if the gangs with UIDs ``evicted`` gave theirs back."""
         ...
 
+    def reserve_after(self, job: J) -> float | None:
+        """Seconds ``job`` may be blocked before it reserves its nodes, when its queue sets its own
+        (None: the cycle's ``BackfillPolicy``)."""
+        ...
+
     def running(self) -> list[J]:
         """Gangs holding an admission, the longest-running first (what a backfill reservation waits for)."""
         ...

@@ -82,6 +82,14 @@ class PreemptionPolicy(ApiModel):
     """``LowerPriority``: while borrowing, gangs of lower priority elsewhere under the parent."""
 
 
+class BackfillSettings(ApiModel):
+    """When a blocked job at the head of this leaf reserves the nodes it needs (EASY backfill)."""
+
+    reserve_after_seconds: int | None = Field(default=None, ge=0, le=7 * 86400, strict=True)
+    """Seconds a job that fits in quota may wait for GPUs before it reserves its nodes, so later jobs
+    stop taking them; unset: the operator's ``--backfill-reserve-after`` (600 s by default)."""
+
+
 class GPUQueueSpec(ApiModel):
     """A queue's place in the tree, its quotas and its policy."""
 
@@ -114,6 +122,8 @@ class GPUQueueSpec(ApiModel):
     """Quota per GPU flavour, at most one entry per flavour."""
     preemption: PreemptionPolicy = Field(default_factory=PreemptionPolicy, json_schema_extra={"default": {}})
     """Preemption policy (every threshold defaults to Never)."""
+    backfill: BackfillSettings = Field(default_factory=BackfillSettings, json_schema_extra={"default": {}})
+    """Backfill reservations of this leaf's blocked jobs."""
 
     @model_validator(mode="after")
     def _limits_need_parent(self) -> Self:

@@ -102,9 +102,10 @@ class Backfill:
         """``job_id`` fits in quota but not on the GPUs at ``now`` (the first time counts)."""
         self._blocked_since.setdefault(job_id, now)
 
-    def reservation_due(self, job_id: str, now: float) -> bool:
-        """Whether ``job_id`` should now get a reservation (the caller finds its nodes)."""
-        after = self.policy.reserve_after_seconds
+    def reservation_due(self, job_id: str, now: float, *, after: float | None = None) -> bool:
+        """Whether ``job_id`` should now get a reservation (the caller finds its nodes); ``after``
+        overrides the policy's ``reserve_after_seconds`` (a queue's own setting)."""
+        after = self.policy.reserve_after_seconds if after is None else after
         return (
             self.steps_aside
             and after is not None

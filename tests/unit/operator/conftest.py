@@ -141,6 +141,9 @@ class FakeQuota:
     def running(self) -> list[JobView]:
         return [self.jobs[uid] for uid in self.held]
 
+    def reserve_after(self, job: JobView) -> float | None:
+        return None
+
     def preemption_candidates(self, job: JobView) -> list[Preemptible[JobView]]:
         mine = self.priority.get(job.uid, 0)
         return [

@@ -2,8 +2,8 @@
 
 A platform engineer sizing a job or checking a shape file wants the same answer the extender
 would give, without a cluster: ``kubegang plan`` runs the real placement engine on a cluster
-shape (optionally with random background load), ``kubegang shape`` validates and summarises a
-shape file, and ``kubegang crds`` prints the CRDs generated from the API models.
+shape (optionally with random background load), and ``kubegang shape`` validates and summarises a
+shape file. A shape is a shape file or the name of one shipped with kubegang.
 """
 
 from __future__ import annotations
@@ -15,19 +15,22 @@ from collections import Counter
 
 from kubegang.levels import REQUESTABLE_LEVELS, Level
 from kubegang.placement import GangRequest, Placement, Snapshot, fill_random, plan
-from kubegang.shapes import ShapeError, load_shape, node_infos
+from kubegang.shapes import ShapeError, find_shape, load_shape, node_infos, shipped_shapes
 from kubegang.topology import TopologyLabels, compile_index
+
+LEVELS = ", ".join(level.label for level in REQUESTABLE_LEVELS)
 
 
 def _level(text: str) -> Level:
-    level = Level.parse(text)
-    if level not in REQUESTABLE_LEVELS:
-        raise argparse.ArgumentTypeError(f"level must be one of {', '.join(lv.label for lv in REQUESTABLE_LEVELS)}")
+    """A requestable level; argparse prefixes the message with the flag (``argument --required: ...``)."""
+    level = Level.__members__.get(text.upper())
+    if level is None or level not in REQUESTABLE_LEVELS:
+        raise argparse.ArgumentTypeError(f"unknown topology level {text!r}; allowed: {LEVELS}")
     return level
 
 
 def _cmd_shape(args: argparse.Namespace) -> int:
-    shape = load_shape(args.file)
+    shape = load_shape(find_shape(args.file))
     print(f"{shape.name}: {shape.node_count} nodes, {shape.gpu_count} GPUs")
     products = Counter[str]()
     for _, group in shape.nodes():
@@ -39,7 +42,7 @@ def _cmd_shape(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    shape = load_shape(args.shape)
+    shape = load_shape(find_shape(args.shape))
     snapshot = Snapshot(compile_index(node_infos(shape), TopologyLabels()))
     if args.occupancy:
         fill_random(snapshot, args.occupancy, random.Random(args.seed))
@@ -57,21 +60,26 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kubegang", description=__doc__,
+    shipped = ", ".join(shipped_shapes())
+    parser = argparse.ArgumentParser(prog="kubegang", description=f"{__doc__}\nShipped shapes: {shipped}.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_shape = sub.add_parser("shape", help="validate and summarise a cluster shape file")
-    p_shape.add_argument("file")
+    p_shape.add_argument("file", help=f"shape file, or the name of a shipped shape ({shipped})")
     p_shape.set_defaults(func=_cmd_shape)
     p_plan = sub.add_parser("plan", help="where would a gang go on this shape? (the extender's engine)")
-    p_plan.add_argument("--shape", required=True, help="cluster shape file (hack/shapes/*.yaml)")
-    p_plan.add_argument("--pods", type=int, required=True)
-    p_plan.add_argument("--gpus-per-pod", type=int, default=8)
-    p_plan.add_argument("--product", default=None, help="GPU product constraint")
-    p_plan.add_argument("--required", type=_level, default=None, help="node, nvlink, leaf, spine, block, cluster")
-    p_plan.add_argument("--preferred", type=_level, default=None)
-    p_plan.add_argument("--occupancy", type=float, default=0.0, help="random background load, 0..1")
-    p_plan.add_argument("--seed", type=int, default=0)
+    p_plan.add_argument("--shape", required=True,
+                        help=f"cluster shape: a shape file, or the name of a shipped shape ({shipped})")
+    p_plan.add_argument("--pods", type=int, required=True, help="pods in the gang")
+    p_plan.add_argument("--gpus-per-pod", type=int, default=8, help="whole GPUs per pod (default %(default)s)")
+    p_plan.add_argument("--product", default=None, help="GPU product constraint (nvidia.com/gpu.product)")
+    p_plan.add_argument("--required", type=_level, default=None, metavar="LEVEL",
+                        help=f"the gang must fit in one domain of this level: {LEVELS}")
+    p_plan.add_argument("--preferred", type=_level, default=None, metavar="LEVEL",
+                        help=f"prefer one domain of this (narrower) level when it fits: {LEVELS}")
+    p_plan.add_argument("--occupancy", type=float, default=0.0,
+                        help="fraction of GPUs taken by random background load, 0..1 (default %(default)s)")
+    p_plan.add_argument("--seed", type=int, default=0, help="seed of the background load (default %(default)s)")
     p_plan.set_defaults(func=_cmd_plan)
     return parser
 

@@ -9,6 +9,9 @@ what "the superpod" is.
 A shape is a list of node groups; every node of a group is identical but for its name. Fabric
 membership (leaf / spine / block) is expressed as the node labels that a cloud or an admin would
 set; NVLink domains come from the NVML fabric info (``fabric``), as the agent would read it.
+
+The shipped shapes live in the package (``kubegang/_shapes/*.yaml``, so a plain ``pip install``
+has them); ``hack/shapes/*.yaml`` are symlinks to them for the scripts under ``hack/``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ REPLAY_FABRIC_ANNOTATION = "kubegang.io/replay-fabric"
 FAKE_NODE_LABEL = ("type", "kwok")
 """The label kwok is told to manage; real nodes never carry it."""
 GPU_RESOURCE = "nvidia.com/gpu"
+SHAPES_DIR = Path(__file__).resolve().parent / "_shapes"
+"""Where the shipped shapes are installed (package data); ``hack/shapes`` links here."""
 
 
 class ShapeError(ValueError):
@@ -149,6 +154,34 @@ def load_shape(path: str | Path) -> ClusterShape:
     except ValidationError as exc:
         problems = "; ".join(f"{_field_path(raw, e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ShapeError(f"{path}: invalid shape: {problems}") from None
+
+
+def shipped_shapes() -> list[str]:
+    """The names of the shapes shipped with kubegang (``superpod-h100``, ``gb200-nvl72``, ...)."""
+    return sorted(p.stem for p in SHAPES_DIR.glob("*.yaml"))
+
+
+def find_shape(name_or_path: str | Path) -> Path:
+    """The shape file meant by ``name_or_path``: an existing file, else the shipped shape of that name.
+
+    A file wins over a shipped name, so a local ``./openb`` is read as given. A bare name that is
+    neither raises a ShapeError listing the shipped shapes, as does a missing path whose file name is
+    a shipped shape's (``hack/shapes/superpod-h100.yaml`` outside the repo); any other path is returned
+    unchanged (and :func:`load_shape` reports it unreadable).
+    """
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    text = str(name_or_path)
+    if "/" in text or "\\" in text or path.suffix in (".yaml", ".yml"):
+        if (SHAPES_DIR / f"{path.stem}.yaml").is_file():
+            raise ShapeError(f"{path}: no such file; kubegang ships a shape named {path.stem!r}")
+        return path
+    shipped = SHAPES_DIR / f"{text}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise ShapeError(f"{text}: no such shape file and no shipped shape of that name; "
+                     f"shipped: {', '.join(shipped_shapes())}")
 
 
 def _field_path(raw: Any, loc: tuple[int | str, ...]) -> str:

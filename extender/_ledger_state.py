@@ -1,0 +1,479 @@
+"""The ledger's sources and what is derived from them (the first of its three parts).
+
+Sources: nodes, GPUNode statuses, pods holding GPUs and in-memory reservations, fed by the watches
+(:mod:`._watch`). Derived: the compiled topology and the core :class:`Snapshot`, updated
+incrementally and rebuilt from the sources on a conflict or a topology change (``_rebuild``), where a
+bound pod always holds its GPUs and the plans it collides with are displaced. The verbs that decide
+on this state are :mod:`._scheduler_verbs` (kube-scheduler) and :mod:`._reservations` (the operator).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kubegang.api.gpunode import GPUNodeStatus
+from kubegang.extender._authority import Displacement
+from kubegang.extender._holds import (
+    HeldPod,
+    Reservation,
+    _hold,
+    _read_pod,
+    _waits_for_a_node,
+)
+from kubegang.extender._nodes import node_info
+from kubegang.extender._pods import PodDemand
+from kubegang.extender._quarantine import consistent_nodes
+from kubegang.placement import (
+    MILLI,
+    Allocation,
+    AllocationError,
+    Snapshot,
+    TaskShape,
+    WorkloadMix,
+)
+from kubegang.topology import (
+    FABRIC_LEVELS,
+    NodeInfo,
+    Taint,
+    TopologyError,
+    TopologyIndex,
+    TopologyLabels,
+    compile_index,
+)
+
+log = logging.getLogger(__name__)
+
+_HARD_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+class LedgerState:
+    """The ledger's sources, its derived snapshot, and how both are kept current."""
+
+    def __init__(self, labels: TopologyLabels | None = None, clock: Callable[[], float] = time.time,
+                 startup_grace_seconds: float = 0.0) -> None:
+        self._labels = labels or TopologyLabels()
+        self._clock = clock
+        self._startup_grace = startup_grace_seconds
+        self._grace_until: float | None = None
+        """Until then, GPU pods outside gangs are held back (see :meth:`_held_back`)."""
+        self._nodes: dict[str, Mapping[str, Any]] = {}
+        self._gpunodes: dict[str, GPUNodeStatus] = {}
+        self._infos: dict[str, NodeInfo] = {}
+        self._pods: dict[str, HeldPod] = {}
+        self._reservations: dict[str, Reservation] = {}
+        self._by_slot: dict[tuple[str, int], str] = {}
+        """(owner, index) -> pod uid holding that slot."""
+        self._unplaced: dict[str, str] = {}
+        """Pod uid -> why its GPUs could not be recorded (overcommitted node, unknown node)."""
+        self._displaced: dict[str, dict[int, Displacement]] = {}
+        """Gang (job UID) -> pod index -> the slot's plan that a pod kubegang did not place took (an
+        intruder: another scheduler, a manual nodeName, an opted-out namespace). Kept until ``repair``."""
+        self._displaced_pods: set[str] = set()
+        """UIDs of unbound gang pods whose planned GPUs an intruder holds: they hold nothing now."""
+        self._new_intrusions = 0
+        """Displacements found since ``take_intrusions`` last counted them (the intrusion metric)."""
+        self._quarantined: dict[str, str] = {}
+        """Node -> what was ignored and why, when its facts made the topology inconsistent."""
+        self._topology: TopologyIndex = compile_index([], self._labels)
+        self._mix = WorkloadMix()
+        """The pod shapes this cluster runs (decayed), which single-pod scoring measures fragmentation
+        against (FGD); it outlives every snapshot rebuild, so its memoised values do too."""
+        self._snapshot = Snapshot(self._topology, workload=self._mix)
+        self._taint_class: list[int] = []
+        """Per node number: index into ``_taint_classes``."""
+        self._taint_classes: list[tuple[Taint, ...] | None] = []
+        """Distinct hard-taint sets of the nodes; None for cordoned nodes."""
+        self._pod_room: list[int] = []
+        """Per node number: pod limit, or ``sys.maxsize`` when unknown."""
+        self._waiting: dict[str, tuple[str, str]] = {}
+        """Pod uid -> (namespace, name) of GPU pods outside gangs that wait for a node, oldest first."""
+        self._freed_quietly = False
+        """Reserved GPUs were freed with no API event (Release, expiry): see :meth:`take_requeue`."""
+        self._dirty = False
+        self.synced = False
+        """True once the watches listed everything (readiness)."""
+
+    def upsert_node(self, obj: Mapping[str, Any]) -> None:
+        """A Node was added or changed."""
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        if name:
+            self._nodes[name] = obj
+            self._refresh_node(name)
+
+    def delete_node(self, name: str) -> None:
+        """A Node was deleted."""
+        self._nodes.pop(name, None)
+        self._refresh_node(name)
+
+    def upsert_gpunode(self, name: str, status: GPUNodeStatus | None) -> None:
+        """A GPUNode was added or changed (None status: agent has not reported yet)."""
+        if status is None:
+            self._gpunodes.pop(name, None)
+        else:
+            self._gpunodes[name] = status
+        self._refresh_node(name)
+
+    def delete_gpunode(self, name: str) -> None:
+        """A GPUNode was deleted."""
+        self.upsert_gpunode(name, None)
+
+    def upsert_pod(self, obj: Mapping[str, Any]) -> None:
+        """A GPU pod was added or changed."""
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        if not uid:
+            return
+        demand = _read_pod(obj)
+        self._note_waiting(uid, demand, obj)
+        held = _hold(demand) if demand is not None else None
+        old = self._pods.get(uid)
+        if held == old:
+            return
+        if old is not None:
+            self._forget_pod(old)
+        if held is not None:
+            if old is None:  # each pod counts once in the workload mix, when it first holds GPUs
+                self._mix.observe(TaskShape(max(held.gpus, 1), held.gpu_milli, held.cpu_milli, held.memory_mib))
+            self._pods[uid] = held
+            self._by_slot[(held.owner, held.index)] = uid
+            if not self._dirty:
+                self._place_pod(held)
+
+    def _note_waiting(self, uid: str, demand: PodDemand | None, obj: Mapping[str, Any]) -> None:
+        """Track ``uid`` in ``_waiting`` while it waits for a node (first sighting keeps its place)."""
+        if _waits_for_a_node(demand, obj):
+            if uid not in self._waiting:
+                meta = obj["metadata"]
+                self._waiting[uid] = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        else:
+            self._waiting.pop(uid, None)
+
+    def delete_pod(self, uid: str) -> None:
+        """A pod was deleted (its GPUs are free again)."""
+        self._waiting.pop(uid, None)
+        old = self._pods.get(uid)
+        if old is not None:
+            self._forget_pod(old)
+
+    def replace_all(self, nodes: Sequence[Mapping[str, Any]], gpunodes: Mapping[str, GPUNodeStatus],
+                    pods: Sequence[Mapping[str, Any]]) -> None:
+        """Replace every source at once (initial list, or relist after 410 Gone); reservations stay."""
+        if not self.synced and self._startup_grace > 0:
+            self._grace_until = self._clock() + self._startup_grace
+        self._nodes = {str(n["metadata"]["name"]): n for n in nodes}
+        self._gpunodes = dict(gpunodes)
+        self._infos = {}
+        for name in set(self._nodes):
+            self._refresh_node(name, mark=False)
+        self._pods, self._by_slot, self._waiting = {}, {}, {}
+        for obj in pods:
+            demand = _read_pod(obj)
+            self._note_waiting(str((obj.get("metadata") or {}).get("uid", "")), demand, obj)
+            held = _hold(demand) if demand is not None else None
+            if held is not None:
+                self._pods[held.uid] = held
+                self._by_slot[(held.owner, held.index)] = held.uid
+        self._dirty = True
+
+    def expire(self, now: float | None = None) -> list[str]:
+        """Release reservations past their TTL; returns their job UIDs."""
+        now = self._clock() if now is None else now
+        if self._grace_until is not None and now >= self._grace_until:
+            self._grace_until = None
+            self._freed_quietly = True  # pods held back during the grace may go now: nudge them
+        gone = [job for job, r in self._reservations.items() if r.expires_at <= now]
+        for job in gone:
+            log.info("reservation of job %s expired with pods %s never created",
+                     job, sorted(self._reservations[job].held))
+            self._drop_reservation(job)
+        return gone
+
+    def take_requeue(self, limit: int) -> list[tuple[str, str]]:
+        """Waiting GPU pods to nudge, once, after reserved GPUs were freed without an API event.
+
+        kube-scheduler parks a pod the extender rejected until some cluster event, or for up to
+        five minutes. A reservation that ends by Release or expiry changes nothing in the API, so
+        pods that wait for exactly those GPUs would sit idle; the caller touches these pods (an
+        annotation) so kube-scheduler retries them now. Oldest first, at most ``limit``.
+        """
+        if not self._freed_quietly:
+            return []
+        self._freed_quietly = False
+        return list(self._waiting.values())[:limit]
+
+    def take_intrusions(self) -> int:
+        """Displacements found since the last call (for the intrusion counter)."""
+        self._current()
+        count, self._new_intrusions = self._new_intrusions, 0
+        return count
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-ready dump: nodes with per-GPU free thousandths and holders, pods, reservations."""
+        snap = self._current()
+        holders: dict[tuple[str, int], list[str]] = {}
+        for a in snap.allocations():
+            for gpu in a.gpus:
+                holders.setdefault((a.node, gpu), []).append(f"{a.owner}#{a.pod}")
+        nodes = {}
+        for n, info in enumerate(self._topology.nodes):
+            nodes[info.name] = {
+                "domains": {lvl.label: self._topology.domain_names[lvl][self._topology.domain_of[lvl][n]]
+                            for lvl in FABRIC_LEVELS},
+                "gpus": [{"index": g.index, "product": g.product, "healthy": g.healthy,
+                          "freeMilli": snap.gpu_milli[n][p], "holders": holders.get((info.name, g.index), [])}
+                         for p, g in enumerate(info.gpus)],
+            }
+        return {
+            "time": self._clock(),
+            "synced": self.synced,
+            "startupGraceUntil": self._grace_until,
+            "nodes": nodes,
+            "pods": {uid: {"pod": h.key, "owner": h.owner, "index": h.index, "node": h.node, "gpus": h.gpus,
+                           "gpuIndices": list(h.gpu_indices), "bound": h.bound,
+                           "cpuMilli": h.cpu_milli, "memoryMiB": h.memory_mib}
+                     for uid, h in sorted(self._pods.items())},
+            "reservations": {job: {"expiresAt": r.expires_at, "heldPods": sorted(r.held),
+                                   "placement": [{"pod": a.pod, "node": a.node, "gpus": list(a.gpus)}
+                                                 for a in r.placement.assignments]}
+                             for job, r in sorted(self._reservations.items())},
+            "unplaced": dict(sorted(self._unplaced.items())),
+            "quarantined": dict(sorted(self._quarantined.items())),
+        }
+
+    def gpu_totals(self) -> dict[str, dict[str, int]]:
+        """Per product: whole GPUs ``bound`` (pods), ``reserved`` (reservations) and ``free``."""
+        snap = self._current()
+        out: dict[str, dict[str, int]] = {}
+        reserved_slots = {(job, i) for job, r in self._reservations.items() for i in r.held}
+        for n, info in enumerate(self._topology.nodes):
+            for p, g in enumerate(info.gpus):
+                row = out.setdefault(g.product or "unknown", {"bound": 0, "reserved": 0, "free": 0})
+                if snap.gpu_milli[n][p] == MILLI:
+                    row["free"] += 1
+        for a in snap.allocations():
+            product = self._topology.nodes[self._topology.node_number[a.node]].gpus
+            names = {g.index: g.product or "unknown" for g in product}
+            state = "reserved" if (a.owner, a.pod) in reserved_slots else "bound"
+            for gpu in a.gpus:
+                out.setdefault(names.get(gpu, "unknown"), {"bound": 0, "reserved": 0, "free": 0})[state] += 1
+        return out
+
+    @property
+    def reservation_count(self) -> int:
+        """Reservations held in memory."""
+        return len(self._reservations)
+
+    def _held_back(self) -> str:
+        """Why GPU pods outside gangs must wait now ("" when they need not).
+
+        Reservations live in memory until their pods exist. After a restart the ledger knows the
+        gang pods already created (their annotations hold the GPUs) but not the reservations whose
+        pods the operator is still creating; for a short grace, a plain pod could take exactly those
+        GPUs and strand the gang. Gang pods are not held back: they only take their planned GPUs.
+        """
+        if self._grace_until is None:
+            return ""
+        left = self._grace_until - self._clock()
+        if left <= 0:
+            return ""
+        return (f"extender restarted: GPU pods outside gangs wait {left:.0f}s more until gangs being "
+                "created have claimed their reserved GPUs")
+
+    def _current(self) -> Snapshot:
+        if self._dirty:
+            self._rebuild()
+        return self._snapshot
+
+    def _refresh_node(self, name: str, *, mark: bool = True) -> None:
+        obj = self._nodes.get(name)
+        info = node_info(obj, self._gpunodes.get(name)) if obj is not None else None
+        if info == self._infos.get(name):
+            return
+        if info is None:
+            self._infos.pop(name, None)
+        else:
+            self._infos[name] = info
+        if mark:
+            self._dirty = True
+
+    def _release_reserved(self, snap: Snapshot, job: str) -> None:
+        reservation = self._reservations.get(job)
+        if reservation is not None:
+            for index in reservation.held:
+                snap.release(job, index)
+
+    def _drop_reservation(self, job: str) -> None:
+        if self._reservations[job].held:
+            self._freed_quietly = True
+        if not self._dirty:
+            self._release_reserved(self._snapshot, job)
+        del self._reservations[job]
+        if self._unplaced:
+            self._dirty = True  # GPUs were freed: pods that did not fit may fit now
+
+    def _forget_pod(self, old: HeldPod) -> None:
+        del self._pods[old.uid]
+        if self._by_slot.get((old.owner, old.index)) == old.uid:
+            del self._by_slot[(old.owner, old.index)]
+        if self._unplaced.pop(old.uid, None) is None and not self._dirty:
+            self._snapshot.release(old.owner, old.index)
+        if self._unplaced:
+            self._dirty = True  # GPUs were freed: pods that did not fit may fit now
+
+    def _place_pod(self, held: HeldPod) -> None:
+        """Record a pod in the current snapshot; a conflict schedules a rebuild."""
+        reservation = self._reservations.get(held.owner)
+        if reservation is not None and held.index in reservation.held:
+            reservation.held.discard(held.index)
+            self._snapshot.release(held.owner, held.index)
+            if not reservation.held:
+                del self._reservations[held.owner]
+        try:
+            self._allocate_pod(self._snapshot, held)
+        except AllocationError:
+            # Guessed GPU indices may collide with a newly known exact hold: rebuild in order.
+            self._dirty = True
+
+    def _allocate_pod(self, snap: Snapshot, held: HeldPod) -> None:
+        n = self._topology.node_number.get(held.node)
+        if n is None:
+            raise AllocationError(f"node {held.node} has no GPUs known to kubegang")
+        gpus = held.gpu_indices
+        if not gpus:
+            info = self._topology.nodes[n]
+            free = [g.index for p, g in enumerate(info.gpus) if snap.gpu_milli[n][p] == MILLI]
+            if len(free) < held.gpus:
+                raise AllocationError(f"node {held.node} has {len(free)} free GPUs; pod needs {held.gpus}")
+            gpus = tuple(free[: held.gpus])
+        snap.allocate(Allocation(owner=held.owner, pod=held.index, node=held.node, gpus=gpus,
+                                 gpu_milli=held.gpu_milli, cpu_milli=held.cpu_milli, memory_mib=held.memory_mib))
+
+    def _rebuild(self) -> None:
+        """Recompile the topology and replay every hold: exact GPU indices first, guesses last.
+
+        Bound pods hold their GPUs whatever was planned (kubelet runs them): a bound pod that does not
+        fit because reservations or unbound gang pods plan its node's GPUs *displaces* those plans
+        (``_displace``), and the gang is told through ``repair``.
+        """
+        self._topology = self._compile()
+        snap = Snapshot(self._topology, workload=self._mix)
+        self._unplaced = {}
+        self._displaced_pods &= set(self._pods)
+        exact = [h for h in self._pods.values() if h.gpu_indices and h.uid not in self._displaced_pods]
+        guessed = [h for h in self._pods.values() if not h.gpu_indices]
+        for held in sorted(exact, key=lambda h: (h.bound is False, h.uid)):
+            self._try_allocate(snap, held)
+        for job, reservation in list(self._reservations.items()):
+            reservation.held -= {i for (o, i), uid in self._by_slot.items()
+                                 if o == job and uid not in self._displaced_pods}
+            wanted = [a for a in reservation.placement.allocations(reservation.gang) if a.pod in reservation.held]
+            try:
+                snap.allocate_all(wanted)
+            except AllocationError as exc:
+                log.error("reservation of job %s lost after a topology change: %s", job, exc)
+                del self._reservations[job]
+                self._freed_quietly = True
+                continue
+            if not reservation.held:
+                del self._reservations[job]
+        for held in sorted(guessed, key=lambda h: (h.bound is False, h.uid)):
+            self._try_allocate(snap, held)
+        for uid in [u for u in self._unplaced if self._pods[u].bound]:
+            self._displace(snap, self._pods[uid])
+        for uid in [u for u in self._unplaced if not self._pods[u].bound]:
+            self._note_displaced(self._pods[uid])
+        for held in self._pods.values():
+            if held.uid in self._displaced_pods:
+                self._unplaced.setdefault(held.uid, "its planned GPUs are held by a pod kubegang did not place")
+        self._snapshot = snap
+        classes: dict[tuple[Taint, ...] | None, int] = {}
+        self._taint_class = [
+            classes.setdefault(None if node.unschedulable else
+                               tuple(t for t in node.taints if t.effect in _HARD_EFFECTS), len(classes))
+            for node in self._topology.nodes]
+        self._taint_classes = list(classes)
+        self._pod_room = [node.max_pods or sys.maxsize for node in self._topology.nodes]
+        self._dirty = False
+
+    def _note_displaced(self, pod: HeldPod) -> None:
+        """An unbound gang pod that did not fit because a bound pod on its node holds its GPUs."""
+        if pod.owner.startswith("pod/"):
+            return
+        intruder = next((h for h in self._pods.values() if h.bound and h.node == pod.node and h.owner != pod.owner
+                         and (not pod.gpu_indices or set(h.gpu_indices) & set(pod.gpu_indices))), None)
+        if intruder is None:
+            return
+        self._displaced_pods.add(pod.uid)
+        self._unplaced[pod.uid] = f"its planned GPUs are held by {intruder.key}, which kubegang did not place"
+        if pod.index not in self._displaced.setdefault(pod.owner, {}):
+            self._new_intrusions += 1
+            log.warning("pod %s bound to %s holds GPUs planned for pod %s", intruder.key, pod.node, pod.key)
+        self._displaced[pod.owner][pod.index] = Displacement(pod.index, pod.node, intruder.key)
+
+    def _displace(self, snap: Snapshot, intruder: HeldPod) -> None:
+        """Make room for a bound pod that does not fit: drop the plans on its node (unclaimed reservation
+        slots, then unbound gang pods), fewest first, and remember each as displaced by it."""
+        plans: list[tuple[str, int, HeldPod | None]] = []
+        for job, reservation in self._reservations.items():
+            plans += [(job, a.pod, None) for a in reservation.placement.assignments
+                      if a.pod in reservation.held and a.node == intruder.node and job != intruder.owner]
+        plans += [(h.owner, h.index, h) for h in self._pods.values()
+                  if h.node == intruder.node and not h.bound and h.owner != intruder.owner
+                  and h.uid not in self._unplaced and h.uid not in self._displaced_pods]
+        for job, index, pod in plans:
+            snap.release(job, index)
+            if pod is None:
+                reservation = self._reservations[job]
+                reservation.held.discard(index)
+                if not reservation.held:
+                    del self._reservations[job]
+            else:
+                self._displaced_pods.add(pod.uid)
+                self._unplaced[pod.uid] = f"its planned GPUs are held by {intruder.key}, which kubegang did not place"
+            if index not in self._displaced.setdefault(job, {}):
+                self._new_intrusions += 1
+                log.warning("pod %s bound to %s took GPUs planned for pod %d of job %s", intruder.key,
+                            intruder.node, index, job)
+            self._displaced[job][index] = Displacement(index, intruder.node, intruder.key)
+            try:
+                self._allocate_pod(snap, intruder)
+            except AllocationError:
+                continue
+            del self._unplaced[intruder.uid]
+            return
+
+    def _compile(self) -> TopologyIndex:
+        """The topology index; an inconsistency degrades only the nodes involved (``_quarantine``)."""
+        self._quarantined = {}
+        try:
+            return compile_index(self._infos.values(), self._labels)
+        except TopologyError as exc:
+            log.error("topology is inconsistent (%s); degrading the nodes involved", exc)
+
+        def without_gpunode(name: str) -> NodeInfo | None:
+            obj = self._nodes.get(name)
+            return node_info(obj) if obj is not None else None
+
+        usable, self._quarantined = consistent_nodes(self._infos.values(), without_gpunode, self._labels)
+        for name, reason in sorted(self._quarantined.items()):
+            log.error("node %s: %s", name, reason)
+        try:
+            return compile_index(usable, self._labels)
+        except TopologyError as exc:  # the quarantine missed a rule of the core: still keep placing
+            log.error("topology still inconsistent after quarantine (%s); placing without fabric labels", exc)
+        try:
+            return compile_index(usable, TopologyLabels(nvlink=None, leaf=None, spine=None, block=None))
+        except TopologyError:
+            log.exception("topology unusable even without fabric labels; no GPU node is placeable")
+            return compile_index([], self._labels)
+
+    def _try_allocate(self, snap: Snapshot, held: HeldPod) -> None:
+        try:
+            self._allocate_pod(snap, held)
+        except AllocationError as exc:
+            self._unplaced[held.uid] = str(exc)
+            log.warning("pod %s on %s not recorded: %s", held.key, held.node, exc)
+

@@ -59,156 +59,97 @@ def job_body() -> Any:
     return make_job_body
 
 
-# -- in-memory fakes of the operator's own ports (kubegang.operator._ports) ------------------------
+# -- the production admission over the real quota tree and ledger --------------------------------
 
 from collections.abc import Mapping, Sequence  # noqa: E402
 
-from kubegang.admission import Preemptible, WhatIfAnswer  # noqa: E402
-from kubegang.api import Placement, ReplicaPlacement  # noqa: E402
+from kubegang.extender._authority import RepairOutcome, ReserveOutcome, WhatIfOutcome  # noqa: E402
+from kubegang.extender._ledger import Ledger  # noqa: E402
 from kubegang.operator._cache import ClusterCache  # noqa: E402
+from kubegang.operator._extender_placement import ExtenderPlacement  # noqa: E402
 from kubegang.operator._job import JobView  # noqa: E402
-from kubegang.operator._ports import QueueUsage  # noqa: E402
-from kubegang.operator._types import PlanResult, RepairResult, Verdict  # noqa: E402
+from kubegang.operator._quota_book import QuotaBook  # noqa: E402
+from kubegang.placement import GangRequest, Placement, PlanResult  # noqa: E402
 
 
-class FakeQuota:
-    """One flavour, flat queues: ``capacity`` now, ``ceiling`` ever; candidates by priority."""
+class InProcessClient:
+    """The extender's ``PlacementClient`` surface, answered by a real ``Ledger`` in this process.
 
-    def __init__(self, capacity: dict[str, int], ceiling: dict[str, int] | None = None) -> None:
-        self.capacity = capacity
-        self.ceiling = ceiling or dict(capacity)
-        self.held: dict[str, tuple[str, int]] = {}
-        self.jobs: dict[str, JobView] = {}
-        self.priority: dict[str, int] = {}
+    It stands where gRPC would: every request is recorded (``requests``: verb and GangRequest), the
+    answer is the ledger's.
+    """
 
-    def set_queues(self, queues: Sequence[Mapping[str, Any]]) -> list[str]:
-        self.held.clear()
-        return []
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.requests: list[tuple[str, GangRequest]] = []
+        self.fail_for: set[str] = set()
+        """Job names whose Plan raises, as a bug in a conversion would."""
 
-    def order(self, pending: Sequence[JobView]) -> list[JobView]:
-        heads: dict[str, JobView] = {}
-        for job in sorted(pending, key=lambda j: (-self.priority.get(j.uid, 0), j.created, j.name)):
-            heads.setdefault(job.queue, job)
-        return list(heads.values())
+    def _check(self, name: str) -> None:
+        if name in self.fail_for:
+            raise RuntimeError(f"injected failure planning {name}")
 
-    def _used(self, queue: str, without: Sequence[str] = ()) -> int:
-        return sum(g for uid, (q, g) in self.held.items() if q == queue and uid not in without)
+    def last(self, verb: str) -> GangRequest:
+        """The last request of ``verb`` ("plan", "reserve", "what_if", "repair")."""
+        return next(gang for v, gang in reversed(self.requests) if v == verb)
 
-    def _check(self, job: JobView, without: Sequence[str] = ()) -> Verdict:
-        if job.total_gpus > self.ceiling.get(job.queue, 0):
-            return Verdict(
-                False,
-                f"needs {job.total_gpus} GPUs but queue {job.queue} can never hold more than "
-                f"{self.ceiling.get(job.queue, 0)}",
-                never=True,
-            )
-        free = self.capacity.get(job.queue, 0) - self._used(job.queue, without)
-        if job.total_gpus > free:
-            return Verdict(False, f"needs {job.total_gpus} GPUs, {free} free")
-        return Verdict(True)
+    async def plan(self, gang: GangRequest, *, namespace: str = "", name: str = "") -> PlanResult:
+        self.requests.append(("plan", gang))
+        self._check(name)
+        return self.ledger.plan(gang)
 
-    def flavor_options(self, job: JobView) -> list[JobView]:
-        return [job]
+    async def reserve(
+        self,
+        gang: GangRequest,
+        plan: Placement | None = None,
+        *,
+        ttl_seconds: int = 0,
+        namespace: str = "",
+        name: str = "",
+    ) -> ReserveOutcome:
+        self.requests.append(("reserve", gang))
+        return self.ledger.reserve(gang, plan, ttl_seconds or 120)
 
-    def can_admit(self, job: JobView) -> Verdict:
-        return self._check(job)
+    async def release(self, job_uid: str) -> int:
+        return self.ledger.release(job_uid)
 
-    def can_admit_without(self, job: JobView, evicted: Sequence[str]) -> Verdict:
-        return self._check(job, evicted)
+    async def what_if(
+        self, gang: GangRequest, candidates: Sequence[str], *, namespace: str = "", name: str = ""
+    ) -> WhatIfOutcome:
+        self.requests.append(("what_if", gang))
+        return self.ledger.what_if(gang, list(candidates))
 
-    def admit(self, job: JobView) -> Verdict:
-        verdict = self._check(job)
-        if verdict.ok:
-            self.held[job.uid] = (job.queue, job.total_gpus)
-            self.jobs[job.uid] = job
-        return verdict
-
-    def record(self, job: JobView) -> None:
-        self.held[job.uid] = (job.queue, job.total_gpus)
-        self.jobs[job.uid] = job
-
-    def release(self, job_uid: str) -> None:
-        self.held.pop(job_uid, None)
-
-    def quota_victims(self, job: JobView, candidates: Sequence[str]) -> list[str] | None:
-        chosen: list[str] = []
-        for uid in candidates:  # flat queues: the first candidates that free enough
-            if self._check(job, chosen).ok:
-                break
-            chosen.append(uid)
-        return chosen if self._check(job, chosen).ok else None
-
-    def running(self) -> list[JobView]:
-        return [self.jobs[uid] for uid in self.held]
-
-    def reserve_after(self, job: JobView) -> float | None:
-        return None
-
-    def preemption_candidates(self, job: JobView) -> list[Preemptible[JobView]]:
-        mine = self.priority.get(job.uid, 0)
-        return [
-            Preemptible(self.jobs[uid], "to make room for a higher-priority job")
-            for uid, (queue, _) in self.held.items()
-            if queue == job.queue and self.priority.get(uid, 0) < mine
-        ]
-
-    def usage(self) -> Mapping[str, QueueUsage]:
-        return {q: QueueUsage(usage={"gpu": self._used(q)}, borrowed={}) for q in self.capacity}
+    async def repair(
+        self, gang: GangRequest, *, ttl_seconds: int = 0, namespace: str = "", name: str = ""
+    ) -> RepairOutcome:
+        self.requests.append(("repair", gang))
+        return self.ledger.repair(gang, ttl_seconds or 120)
 
 
-class FakePlacement:
-    """Nodes with free GPU counts; first-fit plans; WhatIf frees candidates in order."""
+def gpu_node(name: str, gpus: int = 8, leaf: str = "leaf-0") -> dict[str, Any]:
+    """A Node object as the extender's watch sees it: ``gpus`` GPUs under leaf switch ``leaf``."""
+    return {
+        "metadata": {"name": name, "labels": {"kubegang.io/leaf": leaf}},
+        "spec": {},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "128", "memory": "1Ti", "pods": "110"}},
+    }
 
-    def __init__(self, nodes: dict[str, int]) -> None:
-        self.free = dict(nodes)
-        self.reserved: dict[str, Placement] = {}
-        self.gpus_per: dict[str, int] = {}
-        self.plans: list[tuple[str, frozenset[str], str | None]] = []
 
-    def _plan(self, job: JobView, free: dict[str, int], excluded: frozenset[str]) -> Placement | None:
-        left = {n: f for n, f in free.items() if n not in excluded}
-        slots = []
-        for index in range(job.replicas):
-            node = next((n for n in sorted(left) if left[n] >= job.gpus_per_replica), None)
-            if node is None:
-                return None
-            left[node] -= job.gpus_per_replica
-            slots.append(ReplicaPlacement(index=index, node=node, gpus=list(range(job.gpus_per_replica))))
-        return Placement(pods=slots, domain="leaf-1")
+def gpu_queue(
+    name: str, nominal: int | None = None, parent: str | None = None, namespaces: Sequence[str] = (), **spec: Any
+) -> dict[str, Any]:
+    """A GPUQueue object: ``nominal`` GPUs of ``nvidia.com/gpu`` (none listed when None)."""
+    body: dict[str, Any] = {"resources": [] if nominal is None else [{"flavor": "nvidia.com/gpu", "nominal": nominal}]}
+    if parent:
+        body["parent"] = parent
+    if namespaces:
+        body["namespaces"] = list(namespaces)
+    body.update(spec)
+    return {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUQueue", "metadata": {"name": name}, "spec": body}
 
-    async def plan(self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None) -> PlanResult:
-        self.plans.append((job.uid, excluded_nodes, preferred_domain))
-        placement = self._plan(job, self.free, excluded_nodes)
-        if placement is None:
-            return PlanResult(None, f"needs {job.replicas} x {job.gpus_per_replica} GPUs; not enough free")
-        return PlanResult(placement)
 
-    async def reserve(self, job: JobView, placement: Placement) -> Verdict:
-        for slot in placement.pods:
-            self.free[slot.node] -= len(slot.gpus)
-        self.reserved[job.uid] = placement
-        return Verdict(True)
-
-    async def release(self, job_uid: str) -> None:
-        placement = self.reserved.pop(job_uid, None)
-        if placement is not None:
-            for slot in placement.pods:
-                self.free[slot.node] += len(slot.gpus)
-
-    async def repair(self, job: JobView) -> RepairResult:
-        return RepairResult(self.reserved.get(job.uid))  # nothing in this fake takes reserved GPUs
-
-    async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> WhatIfAnswer:
-        free = dict(self.free)
-        chosen: list[str] = []
-        for victim in candidates:
-            if self._plan(job, free, frozenset()) is not None:
-                break
-            for slot in self.reserved[victim.uid].pods:
-                free[slot.node] += len(slot.gpus)
-            chosen.append(victim.uid)
-        placement = self._plan(job, free, frozenset())
-        return WhatIfAnswer(tuple(chosen), placement.nodes) if placement is not None else WhatIfAnswer(None)
+LOWER_PRIORITY = {"withinQueue": "LowerPriority"}
+"""A queue policy that lets a job evict lower-priority jobs of its own queue (docs/quota.md)."""
 
 
 class FakeKube:
@@ -258,18 +199,44 @@ def cache() -> ClusterCache:
 
 
 class World:
-    """A cache, the three fakes, and the admission and supervisor wired to them."""
+    """The operator's admission and supervisor over the production adapters: ``QuotaBook`` (the real
+    quota tree, built from GPUQueue objects in the cache) and ``ExtenderPlacement`` over the
+    extender's ``Ledger`` (called in process instead of over gRPC). Only the Kubernetes API is
+    recorded, by ``FakeKube``; the watches are played by ``echo_pods`` / ``drop_deleted_pods``.
 
-    def __init__(self, capacity: dict[str, int], nodes: dict[str, int], ceiling: dict[str, int] | None) -> None:
+    ``capacity``: leaf queues (roots without children) and their nominal GPUs, each with the
+    ``preemption`` policy when given; ``queues``: further GPUQueue objects (see ``gpu_queue``).
+    ``nodes``: node name -> GPUs, under the leaf switch ``leaves`` names (default ``leaf-0``).
+    """
+
+    def __init__(
+        self,
+        capacity: Mapping[str, int],
+        nodes: Mapping[str, int],
+        *,
+        queues: Sequence[Mapping[str, Any]] = (),
+        leaves: Mapping[str, str] | None = None,
+        preemption: Mapping[str, str] | None = None,
+    ) -> None:
         from kubegang.operator._admission import Admission
         from kubegang.operator._supervisor import Supervisor
 
+        self.ledger = Ledger()
+        for name, gpus in nodes.items():
+            self.ledger.upsert_node(gpu_node(name, gpus, (leaves or {}).get(name, "leaf-0")))
+        self.client = InProcessClient(self.ledger)
         self.cache = ClusterCache()
-        self.quota = FakeQuota(capacity, ceiling)
-        self.placement = FakePlacement(nodes)
+        for queue, nominal in capacity.items():
+            extra = {"preemption": dict(preemption)} if preemption else {}
+            self.cache.upsert_queue(gpu_queue(queue, nominal, **extra))
+        for body in queues:
+            self.cache.upsert_queue(body)
         self.kube = FakeKube()
+        self.quota = QuotaBook(priority_of=self.cache.priority_of, node_products=lambda: self.cache.gpu_products)
+        self.placement = ExtenderPlacement(self.client)  # type: ignore[arg-type]
         self.admission = Admission(self.cache, self.quota, self.placement, self.kube)
         self.supervisor = Supervisor(self.admission)
+        self._pod_uids: dict[tuple[str, str], str] = {}
 
     async def cycle(self) -> Any:
         """One admission cycle, then wait for the gangs it created and the reports it queued."""
@@ -284,39 +251,82 @@ class World:
         await self.admission.settle()
         return decision
 
-    def submit(self, body: dict[str, Any], priority: int = 0) -> JobView:
+    def submit(self, body: dict[str, Any]) -> JobView:
         view = self.cache.upsert_job(body)
         assert view is not None
-        self.quota.priority[view.uid] = priority
         return view
 
+    def see_pod(self, body: Mapping[str, Any]) -> None:
+        """The watches (the operator's cache and the extender's ledger) see a pod as ``body``."""
+        meta = body["metadata"]
+        uid = meta.get("uid") or self._pod_uids.setdefault(
+            (meta["namespace"], meta["name"]), f"pod-uid-{len(self._pod_uids)}"
+        )
+        echo = {**body, "metadata": {**meta, "uid": uid}}
+        self.cache.upsert_pod(echo)
+        self.ledger.upsert_pod(echo)
+
     def echo_pods(self, phase: str = "Running", bound: bool = True) -> None:
-        """Let the watch deliver every created pod back to the cache, as kwok would run them."""
+        """Let the watches deliver every created pod back, as kwok would run them."""
         for pod in self.kube.pods():
             body = {**pod, "status": {"phase": phase}, "spec": {**pod["spec"]}}
             if bound:
                 body["spec"]["nodeName"] = pod["metadata"]["annotations"]["kubegang.io/node"]
-            self.cache.upsert_pod(body)
+            self.see_pod(body)
 
     def drop_deleted_pods(self) -> None:
-        """The watch reports the deleted pods gone."""
+        """The watches report the deleted pods gone."""
         for kind, ns, name in self.kube.deleted:
             if kind == "Pod":
                 for uid in list(self.cache.pods):
                     self.cache.remove_pod(
                         {"metadata": {"name": name, "namespace": ns, "labels": {"kubegang.io/job-uid": uid}}}
                     )
+                pod_uid = self._pod_uids.pop((ns, name), None)
+                if pod_uid is not None:
+                    self.ledger.delete_pod(pod_uid)
+
+    def delete_job(self, uid: str) -> None:
+        """The GPUJob is deleted: the watch reports it gone, and the API's garbage collector deletes its
+        pods (owner references; not a write of the operator, so not in ``kube.deleted``)."""
+        self.cache.remove_job(uid)
+        for key, pod in list(self.kube.objects.items()):
+            labels = pod["metadata"].get("labels") or {}
+            if key[0] == "Pod" and labels.get("kubegang.io/job-uid") == uid:
+                del self.kube.objects[key]
+                self.cache.remove_pod(pod)
+                pod_uid = self._pod_uids.pop(key[1:], None)
+                if pod_uid is not None:
+                    self.ledger.delete_pod(pod_uid)
 
     def last_status(self, key: str) -> dict[str, Any]:
         merged: dict[str, Any] = {}
-        for patch in self.kube.status[key]:
+        for patch in self.kube.status.get(key, []):
             merged.update(patch)
         return merged
+
+    def held_gpus(self) -> dict[str, list[str]]:
+        """What the ledger holds: ``node/gpu`` -> holders (``job-uid#index``), only GPUs held."""
+        return {
+            f"{node}/{gpu['index']}": gpu["holders"]
+            for node, info in self.ledger.snapshot()["nodes"].items()
+            for gpu in info["gpus"]
+            if gpu["holders"]
+        }
+
+    def holds_nothing(self, uid: str) -> bool:
+        """Neither quota (the tree) nor GPUs (the ledger's pods and reservations) are held for ``uid``."""
+        snapshot = self.ledger.snapshot()
+        return (
+            uid not in self.quota.tree
+            and uid not in snapshot["reservations"]
+            and not any(h.startswith(f"{uid}#") for holders in self.held_gpus().values() for h in holders)
+        )
 
 
 @pytest.fixture
 def make_world() -> Any:
-    def make(capacity: dict[str, int], nodes: dict[str, int], ceiling: dict[str, int] | None = None) -> World:
-        return World(capacity, nodes, ceiling)
+    def make(capacity: Mapping[str, int], nodes: Mapping[str, int], **options: Any) -> World:
+        return World(capacity, nodes, **options)
 
     return make

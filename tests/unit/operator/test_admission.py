@@ -4,7 +4,23 @@ from typing import Any
 
 from kubegang.operator._conditions import CondType, get_condition, is_true
 
+from .conftest import LOWER_PRIORITY, gpu_queue
+
 NODES = {f"node-{i}": 8 for i in range(10)}  # 80 GPUs
+
+
+def _preempted(w: Any) -> set[str]:
+    """Jobs whose status says they were preempted."""
+    return {k for k in w.kube.status if "Preempted" in str(w.last_status(k).get("conditions"))}
+
+
+def _gpus_by_node(w: Any) -> dict[str, list[str]]:
+    """GPU indices the ledger holds, by node."""
+    out: dict[str, list[str]] = {}
+    for gpu in w.held_gpus():
+        node, index = gpu.split("/")
+        out.setdefault(node, []).append(index)
+    return out
 
 
 async def test_two_sixty_percent_gangs_one_runs_whole_other_waits_with_no_pods(job_body: Any, make_world: Any) -> None:
@@ -18,6 +34,10 @@ async def test_two_sixty_percent_gangs_one_runs_whole_other_waits_with_no_pods(j
     assert status["phase"] == "Admitted"
     assert len(status["placement"]["pods"]) == 6
     assert status["admittedAt"] and status["totalGPUs"] == 48
+    # The extender holds the 48 GPUs of the placement written, for the first gang only.
+    assert list(w.ledger.snapshot()["reservations"]) == ["uid-first"]
+    held = {node: len(gpus) for node, gpus in _gpus_by_node(w).items()}
+    assert held == {p["node"]: 8 for p in status["placement"]["pods"]}
     # podsCreatedAt is known once the pods exist, and written with the gang's next status write.
     assert status["podsCreatedAt"] is None
     first = w.cache.job("uid-first")
@@ -27,17 +47,29 @@ async def test_two_sixty_percent_gangs_one_runs_whole_other_waits_with_no_pods(j
     assert [(o.job, o.result) for o in outcomes] == [("team-a/second", "Queued")]
     second = w.last_status("team-a/second")
     cond = get_condition(second["conditions"], CondType.QUEUED)
-    assert cond is not None and "waiting for GPUs: needs 6 x 8 GPUs" in cond["message"]
+    assert cond is not None and cond["reason"] == "InsufficientGPUs"
+    assert cond["message"] == (
+        "waiting for GPUs: needs 6 nodes x 8 GPUs in the cluster; the cluster has 4 such nodes free"
+    )
     assert not any(p["metadata"]["name"].startswith("second") for p in w.kube.pods())
+    assert "uid-second" not in w.quota.tree and w.ledger.reservation_count == 1
 
 
 async def test_quota_refusal_names_the_queue(job_body: Any, make_world: Any) -> None:
-    w = make_world({"team-a": 16}, NODES, ceiling={"team-a": 64})
+    # team-a may borrow up to org's 64, but team-b uses 48 of them now: 16 are left for team-a.
+    w = make_world({}, NODES, queues=[gpu_queue("org"), gpu_queue("team-a", 16, "org"), gpu_queue("team-b", 48, "org")])
+    w.submit(job_body("other", namespace="team-b", queue="team-b", replicas=6, gpus=8))
+    [other] = await w.cycle()
+    assert other.result == "Admitted"
     w.submit(job_body("big", replicas=4, gpus=8))
     [outcome] = await w.cycle()
-    assert outcome.result == "Queued"
-    assert outcome.message == "waiting for quota in queue team-a: needs 32 GPUs, 16 free"
-    assert w.kube.pods() == []
+    assert outcome.result == "Queued" and outcome.reason == "QuotaExhausted"
+    assert outcome.message == (
+        "waiting for quota in queue team-a: queue team-a needs 32 nvidia.com/gpu but can get 16 now: nominal 16, "
+        "0 in use, 16 free within nominal, can borrow 0 more (16 unused of the 64 shared in org's tree)"
+    )
+    assert not any(p["metadata"]["name"].startswith("big") for p in w.kube.pods())
+    assert "uid-big" not in w.quota.tree
 
 
 async def test_job_larger_than_queue_ceiling_is_unschedulable(job_body: Any, make_world: Any) -> None:
@@ -48,7 +80,11 @@ async def test_job_larger_than_queue_ceiling_is_unschedulable(job_body: Any, mak
     status = w.last_status("team-a/huge")
     assert status["phase"] == "Unschedulable"
     cond = get_condition(status["conditions"], CondType.UNSCHEDULABLE)
-    assert cond is not None and cond["message"] == "needs 64 GPUs but queue team-a can never hold more than 32"
+    assert cond is not None and cond["reason"] == "ExceedsQueueCapacity"
+    assert cond["message"] == (
+        "queue team-a can never hold 64 nvidia.com/gpu: at most 32 even with every other queue idle "
+        "(team-a's tree has 32 in all)"
+    )
     assert any(e[1] == "ExceedsQueueCapacity" and e[3] for e in w.kube.events)
 
 
@@ -60,8 +96,9 @@ async def test_failed_pod_creation_undoes_every_step(job_body: Any, make_world: 
     [outcome] = await w.cycle()
     assert outcome.result == "Admitted"
     assert w.kube.pods() == []  # the pods that were created are deleted again
-    assert w.placement.free == NODES and w.placement.reserved == {}
-    assert w.quota.held == {}
+    assert w.holds_nothing("uid-train")  # quota given back, reservation released
+    assert w.held_gpus() == {} and w.ledger.reservation_count == 0
+    assert w.quota.usage()["team-a"].usage == {}
     status = w.last_status("team-a/train")
     assert status["phase"] == "Queued" and status["admittedAt"] is None
     cond = get_condition(status["conditions"], CondType.QUEUED)
@@ -71,59 +108,74 @@ async def test_failed_pod_creation_undoes_every_step(job_body: Any, make_world: 
     [outcome] = await w.cycle()
     assert outcome.result == "Admitted"
     assert len(w.kube.pods()) == 3
+    assert "uid-train" in w.quota.tree and list(w.ledger.snapshot()["reservations"]) == ["uid-train"]
 
 
 async def test_preemption_evicts_only_what_is_needed_and_names_the_preemptor(job_body: Any, make_world: Any) -> None:
-    w = make_world({"team-a": 80}, NODES)
+    w = make_world({"team-a": 80}, NODES, preemption=LOWER_PRIORITY)
+    w.cache.set_priority("urgent", 100)  # a PriorityClass
     for i in range(5):
         w.submit(job_body(f"low-{i}", replicas=2, gpus=8, created=f"2025-01-01T00:00:0{i}Z"))
         await w.cycle()
     w.echo_pods()
-    assert w.quota.held.keys() == {f"uid-low-{i}" for i in range(5)}
+    assert all(f"uid-low-{i}" in w.quota.tree for i in range(5))
+    assert len(w.held_gpus()) == 80  # the queue and the cluster are full
 
-    high = w.submit(job_body("high", replicas=3, gpus=8, created="2025-01-01T00:01:00Z"), priority=100)
+    high = w.submit(job_body("high", replicas=3, gpus=8, created="2025-01-01T00:01:00Z", priorityClassName="urgent"))
     [outcome] = await w.cycle()
     assert outcome.result == "Preempting"
-    evicted = {k for k in w.kube.status if "Preempted" in str(w.last_status(k).get("conditions"))}
-    assert evicted == {"team-a/low-0", "team-a/low-1"}  # 2 gangs free 32 GPUs; 24 needed
-    victim = w.last_status("team-a/low-0")
+    evicted = _preempted(w)
+    assert len(evicted) == 2 and evicted <= {f"team-a/low-{i}" for i in range(5)}  # 2 gangs free 32; 24 needed
+    assert set(outcome.message.split(", ")) == evicted  # the Preempting outcome names its victims
+    victim_key = sorted(evicted)[0]
+    victim = w.last_status(victim_key)
     assert victim["phase"] == "Queued"
     cond = get_condition(victim["conditions"], CondType.PREEMPTED)
-    assert cond is not None and cond["message"] == "preempted by team-a/high to make room for a higher-priority job"
+    assert cond is not None and cond["message"] == "preempted by team-a/high (higher priority in queue team-a)"
     assert is_true(victim["conditions"], CondType.QUEUED)
-    assert ("team-a/low-0", "Preempted", cond["message"], True) in w.kube.events
-    # Whole gangs: every pod of both victims deleted, none of the others.
+    assert (victim_key, "Preempted", cond["message"], True) in w.kube.events
+    # Whole gangs: every pod of both victims deleted, none of the others; their quota is given back.
+    victims = {key.split("/")[1] for key in evicted}
     deleted_pods = {name for kind, _, name in w.kube.deleted if kind == "Pod"}
-    assert {"low-0-0", "low-0-1", "low-1-0", "low-1-1"} <= deleted_pods
-    assert not any(name.startswith(("low-2", "low-3", "low-4")) for name in deleted_pods)
+    assert {f"{v}-{i}" for v in victims for i in range(2)} <= deleted_pods
+    assert not any(name.rsplit("-", 1)[0] not in victims for name in deleted_pods)
+    assert all((f"uid-{v}" in w.quota.tree) is (f"team-a/{v}" not in evicted) for v in (f"low-{i}" for i in range(5)))
 
     # While the victims' pods terminate, the preemptor waits and evicts nobody else.
     [outcome] = await w.cycle()
     assert outcome.result == "Queued" and "waiting for preempted gangs" in outcome.message
+    assert _preempted(w) == evicted
     w.drop_deleted_pods()
     outcomes = await w.cycle()
     assert ("team-a/high", "Admitted") in [(o.job, o.result) for o in outcomes]
-    assert high.uid in w.quota.held
+    assert high.uid in w.quota.tree and high.uid in w.ledger.snapshot()["reservations"]
 
 
 async def test_no_preemption_when_eviction_would_not_let_the_preemptor_run(job_body: Any, make_world: Any) -> None:
-    w = make_world({"team-a": 200}, {"node-0": 8, "node-1": 8})
+    w = make_world({"team-a": 200}, {"node-0": 8, "node-1": 8}, preemption=LOWER_PRIORITY)
     w.submit(job_body("low", replicas=1, gpus=8))
     await w.cycle()
-    w.submit(job_body("high", replicas=3, gpus=8), priority=10)
+    w.echo_pods()
+    # 3 nodes' worth: evicting low frees one of the two nodes, which is not enough.
+    w.submit(job_body("high", replicas=3, gpus=8, priority=10))
     outcomes = await w.cycle()
-    assert [o.result for o in outcomes] == ["Queued"]
+    assert [(o.result, o.reason) for o in outcomes] == [("Queued", "InsufficientGPUs")]
+    assert outcomes[0].message == (
+        "waiting for GPUs: needs 3 nodes x 8 GPUs in the cluster; the cluster has 1 such nodes free"
+    )
     assert not any(kind == "Pod" for kind, _, _ in w.kube.deleted)
+    assert "uid-low" in w.quota.tree and _preempted(w) == set()
 
 
 async def test_deleted_job_gives_back_quota_and_reservation(job_body: Any, make_world: Any) -> None:
     w = make_world({"team-a": 80}, NODES)
     job = w.submit(job_body("train", replicas=2, gpus=8))
     await w.cycle()
-    assert job.uid in w.quota.held
+    assert job.uid in w.quota.tree and w.ledger.reservation_count == 1
     w.cache.remove_job(job.uid)
     await w.cycle()
-    assert w.quota.held == {} and w.placement.free == NODES
+    assert w.holds_nothing(job.uid)
+    assert w.held_gpus() == {} and w.ledger.reservation_count == 0
 
 
 async def test_unschedulable_or_refused_head_steps_aside_for_the_next_job(job_body: Any, make_world: Any) -> None:
@@ -135,7 +187,7 @@ async def test_unschedulable_or_refused_head_steps_aside_for_the_next_job(job_bo
     # The Unschedulable job is not re-evaluated (no new writes) until the queue tree changes.
     writes = len(w.kube.status["team-a/huge"])
     assert await w.cycle() == []
-    w.cache.upsert_queue({"metadata": {"name": "team-a"}, "spec": {"changed": True}})
+    w.cache.upsert_queue(gpu_queue("team-a", 32, weight=2))  # a change that does not make it fit
     outcomes = await w.cycle()
     assert [o.job for o in outcomes] == ["team-a/huge"]
     assert len(w.kube.status["team-a/huge"]) == writes  # same verdict, same message: no write
@@ -145,13 +197,14 @@ async def test_quota_bound_preemption_evicts_only_what_quota_needs_when_gpus_are
     job_body: Any, make_world: Any
 ) -> None:
     # 256 free GPUs: placement never needs an eviction, only the queue's 32-GPU quota does.
-    w = make_world({"team-a": 32}, {f"node-{i}": 8 for i in range(32)})
+    w = make_world({"team-a": 32}, {f"node-{i}": 8 for i in range(32)}, preemption=LOWER_PRIORITY)
     for i in range(4):
         w.submit(job_body(f"low-{i}", replicas=1, gpus=8, created=f"2025-01-01T00:00:0{i}Z"))
         await w.cycle()
     w.echo_pods()
-    w.submit(job_body("high", replicas=2, gpus=8, created="2025-01-01T00:01:00Z"), priority=100)
+    w.submit(job_body("high", replicas=2, gpus=8, created="2025-01-01T00:01:00Z", priority=100))
     outcomes = await w.cycle()
     assert ("team-a/high", "Preempting") in [(o.job, o.result) for o in outcomes]
-    evicted = {k for k in w.kube.status if "Preempted" in str(w.last_status(k).get("conditions"))}
+    evicted = _preempted(w)
     assert len(evicted) == 2 and evicted <= {f"team-a/low-{i}" for i in range(4)}
+    assert sum(f"uid-low-{i}" in w.quota.tree for i in range(4)) == 2

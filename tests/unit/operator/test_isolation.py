@@ -1,14 +1,13 @@
 """One bad job never stops the others: the real admission cycle over the real quota tree and ledger.
 
-The cycle runs with the production adapters (``QuotaBook`` over ``kubegang.quota``, ``ExtenderPlacement``
-over the extender's ``Ledger``, called in process instead of over gRPC), so what these tests exercise
-is what the operator runs; only the Kubernetes writes are recorded by the ``FakeKube`` of conftest.
+The cycle runs with the production adapters (conftest's ``World``: ``QuotaBook`` over ``kubegang.quota``,
+``ExtenderPlacement`` over the extender's ``Ledger``, called in process instead of over gRPC), so what
+these tests exercise is what the operator runs; only the Kubernetes writes are recorded (``FakeKube``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import pydantic
@@ -16,94 +15,19 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from kubegang.api import GPUJob
-from kubegang.extender._authority import RepairOutcome, ReserveOutcome, WhatIfOutcome
-from kubegang.extender._ledger import Ledger
-from kubegang.operator._admission import Admission, AdmitResult
-from kubegang.operator._cache import ClusterCache
+from kubegang.operator._admission import AdmitResult
 from kubegang.operator._conditions import CondType, get_condition
-from kubegang.operator._extender_placement import ExtenderPlacement
-from kubegang.operator._quota_book import QuotaBook
-from kubegang.operator._supervisor import Supervisor
 from kubegang.operator._types import WaitReason
-from kubegang.placement import GangRequest, Placement, PlanResult
 
-from .conftest import FakeKube, make_job_body
-
-
-class InProcessClient:
-    """The extender's ``PlacementClient`` surface, answered by a real ``Ledger`` in this process."""
-
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
-        self.fail_for: set[str] = set()
-        """Job names whose Plan raises, as a bug in a conversion would."""
-
-    def _check(self, name: str) -> None:
-        if name in self.fail_for:
-            raise RuntimeError(f"injected failure planning {name}")
-
-    async def plan(self, gang: GangRequest, *, namespace: str = "", name: str = "") -> PlanResult:
-        self._check(name)
-        return self.ledger.plan(gang)
-
-    async def reserve(self, gang: GangRequest, plan: Placement | None = None, *, ttl_seconds: int = 0,
-                      namespace: str = "", name: str = "") -> ReserveOutcome:
-        return self.ledger.reserve(gang, plan, ttl_seconds or 120)
-
-    async def release(self, job_uid: str) -> int:
-        return self.ledger.release(job_uid)
-
-    async def what_if(self, gang: GangRequest, candidates: Sequence[str], *, namespace: str = "",
-                      name: str = "") -> WhatIfOutcome:
-        return self.ledger.what_if(gang, list(candidates))
-
-    async def repair(self, gang: GangRequest, *, ttl_seconds: int = 0, namespace: str = "",
-                     name: str = "") -> RepairOutcome:
-        return self.ledger.repair(gang, ttl_seconds or 120)
+from .conftest import World, gpu_node, gpu_queue, make_job_body
 
 
-def _node(name: str, gpus: int = 8) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": {"kubegang.io/leaf": f"leaf-{name[-1]}"}}, "spec": {},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "128", "memory": "1Ti", "pods": "110"}}}
-
-
-def _queue(name: str, nominal: int, parent: str | None = None, namespaces: Sequence[str] = ()) -> dict[str, Any]:
-    spec: dict[str, Any] = {"resources": [{"flavor": "nvidia.com/gpu", "nominal": nominal}]}
-    if parent:
-        spec["parent"] = parent
-    if namespaces:
-        spec["namespaces"] = list(namespaces)
-    return {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUQueue", "metadata": {"name": name}, "spec": spec}
-
-
-class RealWorld:
-    def __init__(self, nodes: int = 8) -> None:
-        self.ledger = Ledger()
-        for i in range(nodes):
-            self.ledger.upsert_node(_node(f"node-{i}"))
-        self.client = InProcessClient(self.ledger)
-        self.cache = ClusterCache()
-        for body in (_queue("org", 64), _queue("team-a", 32, "org", ["team-a"]),
-                     _queue("team-n", 16, "org", ["normal"])):
-            self.cache.upsert_queue(body)
-        self.kube = FakeKube()
-        self.quota = QuotaBook(priority_of=self.cache.priority_of)
-        self.admission = Admission(self.cache, self.quota, ExtenderPlacement(self.client), self.kube)  # type: ignore[arg-type]
-        self.supervisor = Supervisor(self.admission)
-
-    def submit(self, body: dict[str, Any]) -> None:
-        self.cache.upsert_job(body)
-
-    async def cycle(self) -> list[Any]:
-        outcomes = await self.admission.run_cycle()
-        await self.admission.settle()
-        return outcomes
-
-    def status(self, key: str) -> dict[str, Any]:
-        merged: dict[str, Any] = {}
-        for patch in self.kube.status.get(key, []):
-            merged.update(patch)
-        return merged
+def _world(nodes: int = 8) -> World:
+    """``org`` (64 GPUs) over ``team-a`` (32, namespace team-a) and ``team-n`` (16, namespace normal);
+    ``nodes`` nodes of 8 GPUs, each under its own leaf switch."""
+    return World({}, {f"node-{i}": 8 for i in range(nodes)}, leaves={f"node-{i}": f"leaf-{i}" for i in range(nodes)},
+                 queues=[gpu_queue("org", 64), gpu_queue("team-a", 32, "org", ["team-a"]),
+                         gpu_queue("team-n", 16, "org", ["normal"])])
 
 
 def _normal() -> dict[str, Any]:
@@ -112,7 +36,7 @@ def _normal() -> dict[str, Any]:
 
 
 async def test_a_job_whose_handling_raises_is_marked_and_the_job_behind_it_is_admitted() -> None:
-    w = RealWorld()
+    w = _world()
     w.submit(make_job_body("poison", namespace="team-a", queue="team-a", replicas=1, gpus=8))
     w.submit(_normal())
     w.client.fail_for.add("poison")
@@ -120,7 +44,7 @@ async def test_a_job_whose_handling_raises_is_marked_and_the_job_behind_it_is_ad
     assert outcomes["normal/normal"].result is AdmitResult.ADMITTED
     bad = outcomes["team-a/poison"]
     assert bad.result is AdmitResult.ERROR and bad.reason is WaitReason.ADMISSION_ERROR
-    cond = get_condition(w.status("team-a/poison")["conditions"], CondType.QUEUED)
+    cond = get_condition(w.last_status("team-a/poison")["conditions"], CondType.QUEUED)
     assert cond is not None and cond["reason"] == "AdmissionError"
     assert "injected failure planning poison" in cond["message"] and "retrying in 1s" in cond["message"]
     assert any(e[:2] == ("team-a/poison", "AdmissionError") and e[3] for e in w.kube.events)
@@ -134,7 +58,7 @@ async def test_a_job_whose_handling_raises_is_marked_and_the_job_behind_it_is_ad
 
 async def test_a_fractional_job_and_a_whole_gpu_job_are_both_admitted() -> None:
     """The issue's first symptom: gpuFraction raised in the cycle and stopped every queue."""
-    w = RealWorld(nodes=1)
+    w = _world(nodes=1)
     shared = make_job_body("embedder", namespace="team-a", queue="team-a", replicas=1, gpuFraction=250)
     del shared["spec"]["template"]["spec"]["containers"][0]["resources"]
     w.submit(shared)
@@ -148,33 +72,33 @@ async def test_a_fractional_job_and_a_whole_gpu_job_are_both_admitted() -> None:
     assert shared_pod["metadata"]["annotations"]["kubegang.io/gpu-milli"] == "250"
     shared_gpu = shared_pod["metadata"]["annotations"]["kubegang.io/gpus"]
     assert shared_gpu not in whole_pod["metadata"]["annotations"]["kubegang.io/gpus"].split(",")
-    placement = w.status("team-a/embedder")["placement"]
+    placement = w.last_status("team-a/embedder")["placement"]
     assert placement["pods"] == [{"index": 0, "node": "node-0", "gpus": [int(shared_gpu)], "gpuMilli": 250}]
-    assert w.status("team-a/embedder")["totalGPUs"] == 0.25
+    assert w.last_status("team-a/embedder")["totalGPUs"] == 0.25
 
 
 async def test_a_pod_larger_than_every_node_is_unschedulable_naming_the_largest_node() -> None:
-    w = RealWorld(nodes=2)
+    w = _world(nodes=2)
     w.submit(make_job_body("nine", namespace="team-a", queue="team-a", replicas=1, gpus=9))
     [outcome] = await w.cycle()
     assert (outcome.result, outcome.reason) == (AdmitResult.UNSCHEDULABLE, WaitReason.NO_NODE_LARGE_ENOUGH)
-    status = w.status("team-a/nine")
+    status = w.last_status("team-a/nine")
     cond = get_condition(status["conditions"], CondType.UNSCHEDULABLE)
     assert status["phase"] == "Unschedulable" and cond is not None
     assert cond["reason"] == "NoNodeLargeEnough"
     assert cond["message"] == "each pod needs 9 GPUs, but the largest GPU node (node-0) has 8"
     # A bigger node joins: the job is tried again and admitted (the cluster, not the tree, changed).
-    w.ledger.upsert_node(_node("node-9", gpus=16))
+    w.ledger.upsert_node(gpu_node("node-9", 16, "leaf-9"))
     [again] = await w.cycle()
     assert again.result is AdmitResult.ADMITTED
 
 
 async def test_a_queue_that_does_not_exist_has_its_own_reason() -> None:
-    w = RealWorld()
+    w = _world()
     w.submit(make_job_body("lost", namespace="team-a", queue="no-such-queue", replicas=1, gpus=8))
     [outcome] = await w.cycle()
     assert (outcome.result, outcome.reason) == (AdmitResult.UNSCHEDULABLE, WaitReason.QUEUE_NOT_FOUND)
-    cond = get_condition(w.status("team-a/lost")["conditions"], CondType.UNSCHEDULABLE)
+    cond = get_condition(w.last_status("team-a/lost")["conditions"], CondType.UNSCHEDULABLE)
     assert cond is not None and cond["reason"] == "QueueNotFound"
     assert cond["message"] == "queue no-such-queue does not exist (leaf queues: team-a, team-n)"
 
@@ -240,9 +164,9 @@ async def test_whatever_jobs_the_schema_accepts_a_normal_job_behind_them_is_admi
             continue
         accepted.append(body)
     assume(accepted)
-    w = RealWorld()
+    w = _world()
     for body in accepted:
-        w.submit(body)
+        w.cache.upsert_job(body)  # the cache refuses what the operator cannot read
     w.submit(_normal())
     outcomes = await w.cycle()
     assert ("normal/normal", AdmitResult.ADMITTED) in [(o.job, o.result) for o in outcomes]
@@ -252,15 +176,12 @@ async def test_whatever_jobs_the_schema_accepts_a_normal_job_behind_them_is_admi
 
 async def test_a_pod_kubegang_did_not_place_takes_a_slot_and_the_gang_is_re_placed_within_seconds() -> None:
     """Issue 18: a serving pod bound onto a reserved node held 15 of 16 pods for the whole gang timeout."""
-    w = RealWorld()
+    w = _world()
     w.submit(make_job_body("big", namespace="team-a", queue="team-a", replicas=2, gpus=8))
     [admitted] = await w.cycle()
     assert admitted.result is AdmitResult.ADMITTED
     created = {p["metadata"]["name"]: p for p in w.kube.pods()}
-    for i, body in enumerate(created.values()):  # the pods exist, pinned, not bound yet
-        echo = {**body, "metadata": {**body["metadata"], "uid": f"pod-uid-{i}"}}
-        w.cache.upsert_pod(echo)
-        w.ledger.upsert_pod(echo)
+    w.echo_pods(phase="Pending", bound=False)  # the pods exist, pinned, not bound yet
     taken = created["big-1"]["metadata"]["annotations"]["kubegang.io/node"]
     intruder = {"metadata": {"name": "web-0", "namespace": "serving", "uid": "web-uid"},
                 "spec": {"nodeName": taken, "containers": [
@@ -272,7 +193,7 @@ async def test_a_pod_kubegang_did_not_place_takes_a_slot_and_the_gang_is_re_plac
     replaced = next(p for p in w.kube.pods() if p["metadata"]["name"] == "big-1")
     new_node = replaced["metadata"]["annotations"]["kubegang.io/node"]
     assert new_node not in (taken, created["big-0"]["metadata"]["annotations"]["kubegang.io/node"])
-    status = w.status("team-a/big")
+    status = w.last_status("team-a/big")
     assert {p["index"]: p["node"] for p in status["placement"]["pods"]}[1] == new_node
     cond = get_condition(status["conditions"], CondType.ADMITTED)
     assert cond is not None and cond["reason"] == "Repaired" and "serving/web-0" in cond["message"]

@@ -8,6 +8,8 @@ from kubegang.operator._controller import queue_status
 from kubegang.operator._kube import RateLimiter
 from kubegang.operator._leader import LeaseRecord, may_acquire
 
+from .conftest import gpu_queue
+
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
@@ -30,13 +32,14 @@ async def test_rate_limiter_spaces_calls_after_the_burst() -> None:
 
 
 async def test_queue_status_counts_pending_and_admitted_up_the_tree(job_body: Any, make_world: Any) -> None:
-    w = make_world({"team-a": 16}, {f"node-{i}": 8 for i in range(4)})
-    w.cache.upsert_queue({"metadata": {"name": "org"}, "spec": {}})
-    w.cache.upsert_queue({"metadata": {"name": "team-a"}, "spec": {"parent": "org"}})
+    # team-a (16 GPUs, lent to nobody else) under org, which has no nominal of its own.
+    w = make_world({}, {f"node-{i}": 8 for i in range(4)}, queues=[gpu_queue("org"), gpu_queue("team-a", 16, "org")])
     w.submit(job_body("one", replicas=2, gpus=8, created="2025-01-01T00:00:00Z"))
     w.submit(job_body("two", replicas=2, gpus=8, created="2025-01-01T00:00:01Z"))
     await w.cycle()
     status = queue_status(w.cache, w.quota)
     assert (status["team-a"]["admitted"], status["team-a"]["pending"]) == (1, 1)
     assert (status["org"]["admitted"], status["org"]["pending"]) == (1, 1)
-    assert status["team-a"]["usage"] == [{"flavor": "gpu", "gpus": 16}]
+    assert status["team-a"]["usage"] == [{"flavor": "nvidia.com/gpu", "gpus": 16}]
+    assert status["org"]["usage"] == [{"flavor": "nvidia.com/gpu", "gpus": 16}]
+    assert status["team-a"]["usedGPUs"] == 16 and status["team-a"]["borrowed"] == []

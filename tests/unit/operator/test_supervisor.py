@@ -3,29 +3,49 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from kubegang.operator._extender_placement import gang_request
 from kubegang.operator._lifecycle import Action
+from kubegang.placement import Placement
 
-NODES = {f"node-{i}": 8 for i in range(4)}
+NODES = {f"node-{i}": 8 for i in range(8)}
+LEAVES = {node: f"leaf-{i // 4}" for i, node in enumerate(NODES)}  # two leaf switches of 4 nodes
 
 
 async def admitted_world(make_world: Any, job_body: Any, **spec: Any) -> Any:
-    w = make_world({"team-a": 32}, NODES)
+    w = make_world({"team-a": 64}, NODES, leaves=LEAVES)
     job = w.submit(job_body("train", replicas=3, gpus=8, framework="torchrun", **spec))
     await w.cycle()
     return w, job
 
 
+def _nodes(w: Any, prefix: str) -> set[str]:
+    """The nodes the created pods named ``prefix-*`` are pinned to."""
+    return {p["metadata"]["annotations"]["kubegang.io/node"] for p in w.kube.pods()
+            if p["metadata"]["name"].startswith(f"{prefix}-")}
+
+
 async def test_failed_worker_restarts_whole_gang_preferring_its_domain(make_world: Any, job_body: Any) -> None:
-    w, job = await admitted_world(make_world, job_body)
+    w = make_world({"team-a": 64}, NODES, leaves=LEAVES)
+    # A gang pinned to leaf-0 leaves room there for 2 nodes only: train (3 nodes) is placed in leaf-1.
+    filler = job_body("filler", replicas=2, gpus=8, created="2024-12-31T00:00:00Z")
+    filler["spec"]["template"]["spec"]["nodeSelector"] = {"kubegang.io/leaf": "leaf-0"}
+    w.submit(filler)
+    job = w.submit(job_body("train", replicas=3, gpus=8, framework="torchrun"))
+    await w.cycle()
+    assert w.last_status("team-a/train")["placement"]["domain"] == "leaf-1"
+    first_nodes = _nodes(w, "train")
+    assert {LEAVES[n] for n in first_nodes} == {"leaf-1"}
     w.echo_pods()
     await w.supervise(w.cache.job(job.uid))
     assert w.last_status("team-a/train")["phase"] == "Running"
+    w.delete_job("uid-filler")  # leaf-0 is free again
+    await w.cycle()
 
     failed = next(p for p in w.kube.pods() if p["metadata"]["name"] == "train-1")
-    w.cache.upsert_pod(
+    w.see_pod(
         {
             **failed,
-            "spec": {"nodeName": "node-1"},
+            "spec": {**failed["spec"], "nodeName": failed["metadata"]["annotations"]["kubegang.io/node"]},
             "status": {
                 "phase": "Failed",
                 "containerStatuses": [{"state": {"terminated": {"exitCode": 1, "reason": "Error"}}}],
@@ -37,15 +57,21 @@ async def test_failed_worker_restarts_whole_gang_preferring_its_domain(make_worl
     assert {n for k, _, n in w.kube.deleted if k == "Pod"} >= {"train-0", "train-1", "train-2"}
     status = w.last_status("team-a/train")
     assert (status["phase"], status["restarts"], status["admittedAt"]) == ("Queued", 1, None)
-    assert w.quota.held == {} and w.placement.reserved == {}
+    assert job.uid not in w.quota.tree and w.ledger.reservation_count == 0
 
     # Re-admission waits until the old pods are gone, then prefers the same domain and relabels pods.
     assert await w.cycle() == []
     w.drop_deleted_pods()
+    assert w.holds_nothing(job.uid)
     w.kube.objects.clear()
+    # With the whole cluster free, a plan without preference would take leaf-0: the preference decides.
+    unpreferred = w.ledger.plan(gang_request(w.cache.job(job.uid)))
+    assert isinstance(unpreferred, Placement) and unpreferred.domain == "leaf-0"
     [outcome] = await w.cycle()
     assert outcome.result == "Admitted"
-    assert w.placement.plans[-1][2] == "leaf-1"
+    assert w.client.last("plan").preferred_domain == "leaf-1"
+    assert w.last_status("team-a/train")["placement"]["domain"] == "leaf-1"
+    assert {LEAVES[n] for n in _nodes(w, "train")} == {"leaf-1"}
     [attempt] = {p["metadata"]["labels"]["kubegang.io/attempt"] for p in w.kube.pods()}
     assert attempt == w.cache.job(job.uid).attempt != "none"
 
@@ -54,9 +80,10 @@ async def test_restart_limit_fails_job_with_reason(make_world: Any, job_body: An
     w, job = await admitted_world(make_world, job_body, restartLimit=0)
     w.echo_pods()
     pod = next(p for p in w.kube.pods() if p["metadata"]["name"] == "train-2")
-    w.cache.upsert_pod(
+    w.see_pod(
         {
             **pod,
+            "spec": {**pod["spec"], "nodeName": pod["metadata"]["annotations"]["kubegang.io/node"]},
             "status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 1}}}]},
         }
     )
@@ -66,23 +93,28 @@ async def test_restart_limit_fails_job_with_reason(make_world: Any, job_body: An
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert failed["message"] == "restartLimit 0 reached: worker 2 failed (exit code 1)"
     assert status["finishedAt"]
-    assert w.quota.held == {}
+    assert job.uid not in w.quota.tree and w.ledger.reservation_count == 0
+    w.drop_deleted_pods()
+    assert w.holds_nothing(job.uid)
 
 
 async def test_gang_timeout_requeues_with_unbound_nodes_excluded(make_world: Any, job_body: Any) -> None:
     w, job = await admitted_world(make_world, job_body, gangTimeoutSeconds=10)
+    first_nodes = _nodes(w, "train")
     w.echo_pods(phase="Pending", bound=False)
     w.admission.clock = lambda: dt.datetime.now(dt.UTC) + dt.timedelta(seconds=11)
     decision = await w.supervise(w.cache.job(job.uid))
     assert decision.action is Action.TIMEOUT
     status = w.last_status("team-a/train")
     assert status["phase"] == "Queued"
-    assert status["excludedNodes"] == ["node-0", "node-1", "node-2"]
+    assert status["excludedNodes"] == sorted(first_nodes)
     assert status.get("restarts") is None  # a timeout is not a failure of the workload
     w.drop_deleted_pods()
     w.kube.objects.clear()
-    await w.cycle()
-    assert w.placement.plans[-1][1] == {"node-0", "node-1", "node-2"}
+    [outcome] = await w.cycle()
+    assert outcome.result == "Admitted"
+    assert w.client.last("plan").excluded_nodes == first_nodes
+    assert _nodes(w, "train").isdisjoint(first_nodes)
 
 
 async def test_new_leader_finishes_an_admission_without_duplicates(make_world: Any, job_body: Any) -> None:
@@ -153,5 +185,5 @@ async def test_suspend_releases_everything(make_world: Any, job_body: Any) -> No
     w.cache.upsert_job({**body, "status": w.last_status("team-a/train")})
     await w.supervise(w.cache.job(job.uid))
     assert w.last_status("team-a/train")["phase"] == "Suspended"
-    assert w.quota.held == {} and w.placement.reserved == {}
+    assert w.holds_nothing(job.uid) and w.held_gpus() == {}
     assert w.kube.pods() == []

@@ -11,6 +11,8 @@ from kubegang.operator._job import JobView
 from kubegang.operator._kube import RateLimiter
 from kubegang.operator._status_writer import StatusWriter
 
+from .conftest import gpu_queue
+
 NODES = {f"node-{i}": 8 for i in range(10)}
 
 
@@ -72,19 +74,30 @@ async def test_a_lost_background_write_drops_the_assumption(job_body: Any, cache
 
 
 async def test_waiting_reason_is_written_when_it_changes_not_when_numbers_move(job_body: Any, make_world: Any) -> None:
-    w = make_world({"team-a": 80}, {"node-0": 8})
+    # team-a may borrow team-b's idle 8; one node of 8 GPUs.
+    w = make_world({}, {"node-0": 8},
+                   queues=[gpu_queue("org"), gpu_queue("team-a", 8, "org"), gpu_queue("team-b", 8, "org")])
     w.submit(job_body("big", replicas=2, gpus=8))
     await w.cycle()
     writes = len(w.kube.status["team-a/big"])
     cond = get_condition(w.last_status("team-a/big")["conditions"], CondType.QUEUED)
     assert cond is not None and cond["reason"] == "InsufficientGPUs"
-    w.placement.free["node-0"] = 4  # the extender's numbers change, the reason does not
-    await w.cycle()
+    before = [o.message for o in await w.cycle()]
+    # The extender's numbers change (a pod kubegang did not place takes 4 GPUs), the reason does not.
+    w.ledger.upsert_pod({"metadata": {"name": "web-0", "namespace": "serving", "uid": "web-uid"},
+                         "spec": {"nodeName": "node-0", "containers": [
+                             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 4}}}]},
+                         "status": {"phase": "Running"}})
+    [after] = await w.cycle()
+    assert after.reason == "InsufficientGPUs" and [after.message] != before
     assert len(w.kube.status["team-a/big"]) == writes
-    w.quota.capacity["team-a"] = 8  # now quota is the reason: that is news
-    await w.cycle()
+    # Now team-b takes 4 of the tree's 16 GPUs: team-a can get 12 of the 16 it needs, quota is the reason.
+    w.submit(job_body("small", namespace="team-b", queue="team-b", replicas=1, gpus=4))
+    outcomes = {o.job: o for o in await w.cycle()}
+    assert outcomes["team-b/small"].result == "Admitted"
     cond = get_condition(w.last_status("team-a/big")["conditions"], CondType.QUEUED)
     assert cond is not None and cond["reason"] == "QuotaExhausted"
+    assert len(w.kube.status["team-a/big"]) == writes + 1
 
 
 async def test_evicting_a_gang_still_in_creation_leaves_none_of_its_pods(job_body: Any, make_world: Any) -> None:
@@ -106,7 +119,7 @@ async def test_evicting_a_gang_still_in_creation_leaves_none_of_its_pods(job_bod
     await w.admission.evict(victim, preemptor=victim, why="(test)")
     await w.admission.settle()
     assert created.is_set() and w.kube.pods() == []
-    assert w.placement.reserved == {} and w.quota.held == {}
+    assert w.holds_nothing(job.uid) and w.held_gpus() == {}
 
 
 async def test_supervisor_leaves_a_gang_in_creation_alone(job_body: Any, make_world: Any) -> None:

@@ -14,9 +14,11 @@ products, PriorityClasses, leaf queues) and that the demo's quota adds up to its
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,8 +127,6 @@ def _hack(cluster: Any, *args: str) -> None:
 
 def _extender_gpus(kubegang: Any, product: str) -> float:
     """All GPUs of ``product`` in the extender's ledger (its ``kubegang_extender_gpus`` metric)."""
-    import urllib.request
-
     url = f"http://127.0.0.1:{kubegang.ports['extender_metrics']}/metrics"
     with urllib.request.urlopen(url, timeout=5) as resp:
         text = resp.read().decode()
@@ -178,19 +178,24 @@ def _pods(cluster: Any, ns: str, job: str) -> list[dict[str, Any]]:
     return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
 
-def _wait_running(cluster: Any, ns: str, name: str) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
+def _wait_running(cluster: Any, jobs: list[dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Wait (one deadline for all) until every job is Running: ({ns/name: status}, {ns/name: why not})."""
+    keys = {f"{j['metadata']['namespace']}/{j['metadata']['name']}": j for j in jobs}
+    seen: dict[str, dict[str, Any]] = {}
 
-    def running() -> bool:
-        nonlocal seen
-        seen = cluster.get_json("gpujob", name, "-n", ns).get("status") or {}
-        return seen.get("phase") == "Running"
+    def all_running() -> bool:
+        for key, job in keys.items():
+            if (seen.get(key) or {}).get("phase") != "Running":
+                seen[key] = cluster.get_json("gpujob", job["metadata"]["name"], "-n",
+                                             job["metadata"]["namespace"]).get("status") or {}
+        return all(s.get("phase") == "Running" for s in seen.values())
 
-    try:
-        cluster.wait_for(f"GPUJob {ns}/{name} Running", running, timeout=RUNNING_TIMEOUT, interval=1)
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}; last status: {json.dumps(seen)[:2000]}") from None
-    return seen
+    with contextlib.suppress(AssertionError):  # the jobs that are late are reported below
+        cluster.wait_for("every GPUJob Running", all_running, timeout=RUNNING_TIMEOUT, interval=1)
+    running = {k: s for k, s in seen.items() if s.get("phase") == "Running"}
+    late = {k: f"not Running after {RUNNING_TIMEOUT:.0f}s; last status: {json.dumps(s)[:2000]}"
+            for k, s in seen.items() if k not in running}
+    return running, late
 
 
 def _problems(cluster: Any, job: dict[str, Any], status: dict[str, Any]) -> list[str]:
@@ -274,14 +279,15 @@ def _probe_jobs(path: Path) -> list[dict[str, Any]]:
 
 def _clean(cluster: Any, path: Path, extra: list[dict[str, Any]]) -> None:
     """Delete the case's jobs (and wait for their pods), then its queues and the demo's."""
-    namespaces = {d["metadata"]["namespace"] for d in [*_kind(path, "GPUJob"), *extra]}
+    jobs = [*_kind(path, "GPUJob"), *extra]
     if extra:
         cluster.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=true", "--timeout=120s",
                         input=yaml.safe_dump_all(extra), check=False)
     cluster.kubectl("delete", "-f", str(path), "--ignore-not-found", "--wait=true", "--timeout=120s", check=False)
-    for ns in namespaces:
-        cluster.wait_for(f"pods in {ns} gone", lambda ns=ns: not cluster.get_json("pods", "-n", ns)["items"],
-                         timeout=120, interval=1)
+    for job in jobs:
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        cluster.wait_for(f"pods of {ns}/{name} gone", lambda ns=ns, name=name: not cluster.get_json(
+            "pods", "-n", ns, "-l", f"{podcontract.JOB_NAME_LABEL}={name}")["items"], timeout=120, interval=1)
     cluster.kubectl("delete", "-f", str(QUEUES), "--ignore-not-found", "--wait=true", "--timeout=60s", check=False)
 
 
@@ -296,17 +302,11 @@ def test_example_runs_as_shipped_on_the_demo_cluster(demo: Any, path: Path) -> N
         cluster.kubectl("apply", "-f", str(QUEUES), "-f", str(path))
         if probes:
             cluster.apply(probes)
-        failures: dict[str, Any] = {}
+        running, failures = _wait_running(cluster, [*jobs, *probes])
         for job in [*jobs, *probes]:
-            ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
-            try:
-                status = _wait_running(cluster, ns, name)
-            except AssertionError as exc:
-                failures[f"{ns}/{name}"] = str(exc)
-                continue
-            problems = _problems(cluster, job, status)
-            if problems:
-                failures[f"{ns}/{name}"] = problems
+            key = f"{job['metadata']['namespace']}/{job['metadata']['name']}"
+            if key in running and (problems := _problems(cluster, job, running[key])):
+                failures[key] = "; ".join(problems)
         for queue in _leaves(path):
             name = queue["metadata"]["name"]
             flavor = queue["spec"]["resources"][0]["flavor"]

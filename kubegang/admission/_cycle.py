@@ -78,7 +78,7 @@ BACKOFF_MAX_SECONDS = 300.0
 CLAIM_SECONDS = 300.0
 """How long the nodes a preemptor freed stay its own: no other gang is placed there meanwhile, so the
 GPUs it evicted for are not taken by a job behind it (which it would then evict again, forever)."""
-CLUSTER_BOUND = frozenset({WaitReason.NO_NODE_LARGE_ENOUGH})
+CLUSTER_BOUND = frozenset({WaitReason.EXCEEDS_CLUSTER})
 """Unschedulable reasons that the cluster (new nodes), not the queue tree, can change: retried."""
 
 
@@ -240,7 +240,7 @@ class AdmissionCycle(Generic[J, P]):
             refusals.append(answer)
         if chosen is None:
             if all(answer.never for answer in refusals):
-                return self._entry(job, AdmitResult.UNSCHEDULABLE, WaitReason.NO_NODE_LARGE_ENOUGH, refusals[0].reason)
+                return self._entry(job, AdmitResult.UNSCHEDULABLE, WaitReason.EXCEEDS_CLUSTER, refusals[0].reason)
             first_refusal = next(answer.reason for answer in refusals if not answer.never)
             entry = yield from self._preempt_or_queue(
                 fitting[0], WaitReason.INSUFFICIENT_GPUS, f"waiting for GPUs: {first_refusal}")

@@ -91,9 +91,10 @@ class WaitReason(enum.StrEnum):
     """spec.queue names a queue with children; jobs enter leaves only."""
     NAMESPACE_NOT_SERVED = "NamespaceNotServed"
     """The queue's spec.namespaces does not list the job's namespace."""
-    NO_NODE_LARGE_ENOUGH = "NoNodeLargeEnough"
-    """A pod asks for more GPUs than any node of its flavour has: it cannot fit until the cluster
-    changes (tried every cycle, unlike the reasons the queue tree decides)."""
+    EXCEEDS_CLUSTER = "ExceedsCluster"
+    """A pod asks for more GPUs than any node of its flavour has, or the gang more than any domain of
+    its required level could hold with every GPU free: it cannot fit until the cluster changes (tried
+    every cycle, unlike the reasons the queue tree decides)."""
     NO_GPUS_REQUESTED = "NoGPUsRequested"
     """The job asks for no GPU at all: kubegang places GPU gangs."""
     GANG_DISPLACED = "GangDisplaced"

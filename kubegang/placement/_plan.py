@@ -18,6 +18,7 @@ snapshot (``Snapshot.allocate_all(placement.allocations(gang))``) when they deci
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 from kubegang.levels import Level
@@ -165,7 +166,8 @@ def _unplaceable(snapshot: Snapshot, gang: GangRequest, cap: FlavourCapacity, to
         bound, domain = max(((cap.pods_fit(top, d, g), d) for d in range(topo.domain_count(top))),
                             key=lambda pair: (pair[0], -pair[1]), default=(0, -1))
     if domain < 0:
-        return Unplaceable(gang.id, f"{need}; no {flavour_words(gang)} GPU is free", top)
+        nothing = Unplaceable(gang.id, f"{need}; no {flavour_words(gang)} GPU is free", top)
+        return _unless_never(snapshot, gang, cap, top, nothing)
     name = topo.domain_names[top][domain]
     label = "cluster" if top is Level.CLUSTER else f"best {top.label} ({name})"
     has = f"the {label} has {bound} such nodes free" if whole_nodes else f"the {label} has room for {bound}"
@@ -175,7 +177,32 @@ def _unplaceable(snapshot: Snapshot, gang: GangRequest, cap: FlavourCapacity, to
         room = best.pods
         blocked = ", ".join(f"{count} by {kind}" for kind, count in best.blocked.most_common())
         has += f" by GPU count, but at most {best.pods} usable" + (f" ({blocked})" if blocked else "")
-    return Unplaceable(gang.id, f"{need}; {has}", top, name, room)
+    return _unless_never(snapshot, gang, cap, top, Unplaceable(gang.id, f"{need}; {has}", top, name, room))
+
+
+def _unless_never(snapshot: Snapshot, gang: GangRequest, cap: FlavourCapacity, top: Level,
+                  result: Unplaceable) -> Unplaceable:
+    """``result``, marked never (and saying so) when no domain at ``top`` could hold the gang at all."""
+    ever = _most_ever(snapshot, cap, top, gang.gpus_per_pod)
+    if ever >= gang.pods:
+        return result
+    where = "the cluster could never" if top is Level.CLUSTER else f"no {top.label} could ever"
+    text = f"{result.reason}; {where} hold it (at most {ever} with every GPU free)"
+    return dataclasses.replace(result, reason=text, never=True)
+
+
+def _most_ever(snapshot: Snapshot, cap: FlavourCapacity, top: Level, gpus_per_pod: int) -> int:
+    """Pods of ``gpus_per_pod`` that the roomiest domain at ``top`` could hold with every GPU free.
+
+    Only asked when a gang does not fit now (O(nodes)): it tells "wait" from "never" (a 3-node gang on
+    a 2-node cluster, a 9-node gang whose required leaf has 8 nodes)."""
+    per_domain: dict[int, int] = {}
+    domain_of = snapshot.topology.domain_of[top] if top is not Level.CLUSTER else None
+    for n, total in enumerate(cap.total):
+        if total >= gpus_per_pod:
+            d = domain_of[n] if domain_of is not None else 0
+            per_domain[d] = per_domain.get(d, 0) + total // gpus_per_pod
+    return max(per_domain.values(), default=0)
 
 
 def _plan_single(gang: GangRequest, snapshot: Snapshot) -> Placement | None:

@@ -64,7 +64,7 @@ def test_a_pod_larger_than_every_node_is_unschedulable_and_a_missing_queue_says_
     ops.wait_phase("after", "Running", timeout=90)
     ops.wait_phase("nine", "Unschedulable", timeout=60)
     cond = ops.condition("nine", "Unschedulable")
-    assert cond is not None and cond["reason"] == "NoNodeLargeEnough"
+    assert cond is not None and cond["reason"] == "ExceedsCluster"
     assert cond["message"].startswith("each pod needs 9 NVIDIA-H100-80GB-HBM3 GPUs, but the largest")
     assert cond["message"].endswith("has 8")
     ops.wait_phase("lost", "Unschedulable", timeout=60)

@@ -152,11 +152,18 @@ async def test_preemption_evicts_only_what_is_needed_and_names_the_preemptor(job
 
 
 async def test_no_preemption_when_eviction_would_not_let_the_preemptor_run(job_body: Any, make_world: Any) -> None:
-    w = make_world({"team-a": 200}, {"node-0": 8, "node-1": 8}, preemption=LOWER_PRIORITY)
+    w = make_world({"team-a": 200}, {"node-0": 8, "node-1": 8, "node-2": 8}, preemption=LOWER_PRIORITY)
     w.submit(job_body("low", replicas=1, gpus=8))
     await w.cycle()
     w.echo_pods()
-    # 3 nodes' worth: evicting low frees one of the two nodes, which is not enough.
+    low_node = next(iter(w.held_gpus())).split("/")[0]
+    # A pod kubegang did not place (no candidate) holds another node.
+    web = next(n for n in ("node-0", "node-1", "node-2") if n != low_node)
+    w.ledger.upsert_pod({"metadata": {"name": "web-0", "namespace": "serving", "uid": "web-uid"},
+                         "spec": {"nodeName": web, "containers": [
+                             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
+                         "status": {"phase": "Running"}})
+    # 3 nodes' worth: evicting low frees one node, two are free then, which is not enough.
     w.submit(job_body("high", replicas=3, gpus=8, priority=10))
     outcomes = await w.cycle()
     assert [(o.result, o.reason) for o in outcomes] == [("Queued", "InsufficientGPUs")]

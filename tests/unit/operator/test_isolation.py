@@ -81,11 +81,11 @@ async def test_a_pod_larger_than_every_node_is_unschedulable_naming_the_largest_
     w = _world(nodes=2)
     w.submit(make_job_body("nine", namespace="team-a", queue="team-a", replicas=1, gpus=9))
     [outcome] = await w.cycle()
-    assert (outcome.result, outcome.reason) == (AdmitResult.UNSCHEDULABLE, WaitReason.NO_NODE_LARGE_ENOUGH)
+    assert (outcome.result, outcome.reason) == (AdmitResult.UNSCHEDULABLE, WaitReason.EXCEEDS_CLUSTER)
     status = w.last_status("team-a/nine")
     cond = get_condition(status["conditions"], CondType.UNSCHEDULABLE)
     assert status["phase"] == "Unschedulable" and cond is not None
-    assert cond["reason"] == "NoNodeLargeEnough"
+    assert cond["reason"] == "ExceedsCluster"
     assert cond["message"] == "each pod needs 9 GPUs, but the largest GPU node (node-0) has 8"
     # A bigger node joins: the job is tried again and admitted (the cluster, not the tree, changed).
     w.ledger.upsert_node(gpu_node("node-9", 16, "leaf-9"))

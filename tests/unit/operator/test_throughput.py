@@ -74,9 +74,13 @@ async def test_a_lost_background_write_drops_the_assumption(job_body: Any, cache
 
 
 async def test_waiting_reason_is_written_when_it_changes_not_when_numbers_move(job_body: Any, make_world: Any) -> None:
-    # team-a may borrow team-b's idle 8; one node of 8 GPUs.
-    w = make_world({}, {"node-0": 8},
+    # team-a may borrow team-b's idle 8; two nodes of 8 GPUs, one held by a pod kubegang did not place.
+    w = make_world({}, {"node-0": 8, "node-1": 8},
                    queues=[gpu_queue("org"), gpu_queue("team-a", 8, "org"), gpu_queue("team-b", 8, "org")])
+    w.ledger.upsert_pod({"metadata": {"name": "web-1", "namespace": "serving", "uid": "web-1-uid"},
+                         "spec": {"nodeName": "node-1", "containers": [
+                             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
+                         "status": {"phase": "Running"}})
     w.submit(job_body("big", replicas=2, gpus=8))
     await w.cycle()
     writes = len(w.kube.status["team-a/big"])

@@ -50,9 +50,10 @@ def test_required_level_is_honoured_and_reason_names_the_numbers() -> None:
     _place(snap, GangRequest("f1", pods=1, gpus_per_pod=8))
     _place(snap, GangRequest("f2", pods=6, gpus_per_pod=8))  # leaf-1 keeps 2 whole nodes
     result = plan(GangRequest("g", pods=10, gpus_per_pod=8, required_level=Level.LEAF), snap)
-    assert isinstance(result, Unplaceable)
+    assert isinstance(result, Unplaceable) and result.never  # a leaf has 8 nodes: it can never fit
     assert result.reason == (
-        "needs 10 nodes x 8 GPUs in one leaf; the best leaf (leaf-2) has 8 such nodes free"
+        "needs 10 nodes x 8 GPUs in one leaf; the best leaf (leaf-2) has 8 such nodes free; "
+        "no leaf could ever hold it (at most 8 with every GPU free)"
     )
     assert result.best_pods == 8
 

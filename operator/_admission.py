@@ -47,25 +47,24 @@ from kubegang.admission import (
     WhatIf,
     run_async,
 )
-from kubegang.api import Placement
+from kubegang.api import GPUJobStatus, Placement
 from kubegang.operator import _metrics as metrics
 from kubegang.operator._cache import ClusterCache
 from kubegang.operator._conditions import (
     CondType,
     Phase,
     get_condition,
-    now_rfc3339,
     set_condition,
     transition,
 )
 from kubegang.operator._gang_objects import DEFAULT_MASTER_PORT, build_gang
-from kubegang.operator._job import JobView
+from kubegang.operator._job import JobView, status_fields, timestamp
 from kubegang.operator._ports import KubePort, PlacementPort, QuotaPort
 from kubegang.operator._status_writer import StatusWriter
 
 log = logging.getLogger("kubegang.operator.admission")
 
-_NOT_ADMITTED: dict[str, Any] = {"admittedAt": None, "podsCreatedAt": None, "readyReplicas": 0}
+_NOT_ADMITTED: dict[str, Any] = status_fields(GPUJobStatus(admitted_at=None, pods_created_at=None, ready_replicas=0))
 """Status fields cleared when a job gives its admission back. ``placement`` stays: its domain is
 preferred when the gang is placed again, and a new admission overwrites it."""
 
@@ -300,11 +299,10 @@ class Admission:
         status = transition(
             job.status, Phase.ADMITTED, "Admitted", message, now=now, observed_generation=job.generation
         )
-        status["placement"] = placement.to_dict()
-        status["admittedAt"] = now_rfc3339(now)
-        status["podsCreatedAt"] = None
-        status["readyReplicas"] = 0
-        status["totalGPUs"] = job.spec.total_gpus()
+        status |= status_fields(GPUJobStatus(
+            placement=placement, admitted_at=timestamp(now), pods_created_at=None, ready_replicas=0,
+            total_gpus=job.spec.total_gpus(),
+        ))
         return self.cache.assume(job, status), status
 
     async def create_gang(self, job: JobView, placement: Placement) -> str | None:
@@ -327,7 +325,7 @@ class Admission:
         except Exception as exc:
             log.exception("creating the gang of %s failed", job.key)
             return f"creating pods failed: {exc}"
-        self.cache.assume(job, {"podsCreatedAt": now_rfc3339(self.clock())})
+        self.cache.assume(job, status_fields(GPUJobStatus(pods_created_at=timestamp(self.clock()))))
         return None
 
     async def _undo_admission(self, job: JobView, error: str) -> None:

@@ -20,6 +20,7 @@ from kubegang.api import (
     GPU_RESOURCE,
     GPUJob,
     GPUJobSpec,
+    GPUJobStatus,
     Placement,
     PodRequests,
     RequestError,
@@ -134,6 +135,18 @@ class JobView:
         return "".join(ch for ch in (self.admitted_at or "none") if ch.isalnum())
 
     @property
+    def pods_created_at(self) -> str | None:
+        """status.podsCreatedAt: when the current attempt's pods were created (assumed, then written)."""
+        value = self.status.get("podsCreatedAt")
+        return str(value) if value else None
+
+    @property
+    def ready_replicas(self) -> int | None:
+        """status.readyReplicas as last written (None before the first write)."""
+        value = self.status.get("readyReplicas")
+        return int(value) if value is not None else None
+
+    @property
     def excluded_nodes(self) -> frozenset[str]:
         """status.excludedNodes: nodes that failed to bind this gang in time."""
         return frozenset(self.status.get("excludedNodes") or ())
@@ -230,3 +243,19 @@ def tolerations_of(pod_spec: Mapping[str, Any]) -> tuple[Toleration, ...]:
         except ValueError as exc:
             raise JobSpecError(f"spec.template.spec.tolerations[{i}]: {exc}") from None
     return tuple(out)
+
+
+def status_fields(fields: GPUJobStatus) -> dict[str, Any]:
+    """The merge patch that writes the fields set on ``fields`` (a field set to None deletes it).
+
+    Status is written through the API model, so every key is a field mypy checks (the pydantic
+    plugin types the constructor) and the wire name and format come from the model that makes the
+    CRD schema: ``GPUJobStatus(admitted_at=now, pods_created_at=None)`` -> ``{"admittedAt": "...Z",
+    "podsCreatedAt": None}``.
+    """
+    return fields.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
+def timestamp(moment: dt.datetime) -> dt.datetime:
+    """``moment`` as status records it: UTC, whole seconds (what ``kubectl`` shows and labels derive from)."""
+    return moment.astimezone(dt.UTC).replace(microsecond=0)

@@ -11,11 +11,12 @@ import asyncio
 import logging
 from typing import Any
 
+from kubegang.api import GPUJobStatus
 from kubegang.operator import _metrics as metrics
 from kubegang.operator._admission import Admission, requeue_patch
-from kubegang.operator._conditions import Phase, now_rfc3339, transition
+from kubegang.operator._conditions import Phase, transition
 from kubegang.operator._gang_objects import build_pod
-from kubegang.operator._job import JobView
+from kubegang.operator._job import JobView, status_fields, timestamp
 from kubegang.operator._lifecycle import Action, Decision, decide
 from kubegang.operator._types import RepairResult, WaitReason
 
@@ -83,7 +84,7 @@ class Supervisor:
 
     def _waits_for_binding(self, job: JobView) -> bool:
         """Admitted, its pods created, some of them not bound yet."""
-        if job.phase is not Phase.ADMITTED or not job.status.get("podsCreatedAt"):
+        if job.phase is not Phase.ADMITTED or not job.pods_created_at:
             return False
         pods = [p for p in self.cache.pods_of(job.uid) if p.attempt == job.attempt and not p.deleting]
         return len(pods) == job.replicas and any(p.bound_node is None for p in pods)
@@ -114,7 +115,7 @@ class Supervisor:
         )
         message = f"re-placed {where}: their GPUs on the planned nodes were taken by {intruders}"
         patch = transition(job.status, Phase.ADMITTED, "Repaired", message, now=now)
-        patch["placement"] = result.placement.to_dict()
+        patch |= status_fields(GPUJobStatus(placement=result.placement))
         await self._write(job, patch)
         placed = self.cache.job(job.uid) or job
         for slot in result.placement.pods:
@@ -153,7 +154,7 @@ class Supervisor:
             await self._write(
                 job,
                 transition(job.status, Phase.SUSPENDED, decision.reason, decision.message, now=now)
-                | {"admittedAt": None, "podsCreatedAt": None, "readyReplicas": 0},
+                | status_fields(GPUJobStatus(admitted_at=None, pods_created_at=None, ready_replicas=0)),
             )
             self.admission.notify(job, "Suspended", decision.message)
         elif action is Action.RESUME:
@@ -164,7 +165,7 @@ class Supervisor:
         return decision
 
     async def _progress(self, job: JobView, decision: Decision) -> None:
-        if job.phase is Phase.ADMITTED and job.admitted_at and not job.status.get("podsCreatedAt"):
+        if job.phase is Phase.ADMITTED and job.admitted_at and not job.pods_created_at:
             current = [p for p in self.cache.pods_of(job.uid) if p.attempt == job.attempt and not p.deleting]
             placement = job.placement
             if placement is not None and len(current) < job.replicas:
@@ -176,17 +177,17 @@ class Supervisor:
                     log.error("could not create the gang of %s: %s", job.key, error)
                 return
         patch: dict[str, Any] = {}
-        if job.status.get("readyReplicas") != decision.ready:
-            patch["readyReplicas"] = decision.ready
+        if job.ready_replicas != decision.ready:
+            patch |= status_fields(GPUJobStatus(ready_replicas=decision.ready))
         if decision.running and job.phase is not Phase.RUNNING:
             now = self.admission.clock()
             message = f"all {job.replicas} replicas running"
             patch |= transition(job.status, Phase.RUNNING, "AllReplicasRunning", message, now=now)
-            patch["startedAt"] = now_rfc3339(now)
+            patch |= status_fields(GPUJobStatus(started_at=timestamp(now)))
         if not patch:
             return
-        if job.status.get("podsCreatedAt"):
-            patch["podsCreatedAt"] = job.status["podsCreatedAt"]  # assumed at creation, written here
+        if job.pods_created_at:
+            patch["podsCreatedAt"] = job.pods_created_at  # assumed at creation, written here
         if "phase" in patch:
             await self._write(job, patch)
         else:
@@ -198,18 +199,16 @@ class Supervisor:
         await self.admission.teardown(job, keep_finished_pods=True)
         now = self.admission.clock()
         patch = transition(job.status, phase, decision.reason, decision.message, now=now)
-        patch.update({"finishedAt": now_rfc3339(now), "readyReplicas": decision.ready})
+        patch |= status_fields(GPUJobStatus(finished_at=timestamp(now), ready_replicas=decision.ready))
         await self._write(job, patch)
         self.admission.notify(job, decision.reason, decision.message, warning=phase is Phase.FAILED)
 
     async def _requeue(self, job: JobView, decision: Decision) -> None:
         await self.admission.teardown(job)
-        extra: dict[str, Any] = {}
         if decision.action is Action.RESTART:
-            extra["restarts"] = job.restarts + 1
+            extra = status_fields(GPUJobStatus(restarts=job.restarts + 1))
         else:
-            excluded = set(job.status.get("excludedNodes") or ()) | decision.excluded_nodes
-            extra["excludedNodes"] = sorted(excluded)
+            extra = status_fields(GPUJobStatus(excluded_nodes=sorted(job.excluded_nodes | decision.excluded_nodes)))
         patch = requeue_patch(job, decision.reason, decision.message, self.admission.clock(), extra=extra)
         await self._write(job, patch)
         self.admission.notify(job, decision.reason, decision.message, warning=True)

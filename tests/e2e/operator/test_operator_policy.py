@@ -28,11 +28,13 @@ def test_required_leaf_is_honoured_on_the_superpod(ops: Any) -> None:
     nodes = _nodes_of(ops, "in-leaf")
     assert len(nodes) == 24
     assert len({labels[n]["kubegang.io/leaf"] for n in nodes}) == 1, nodes
-    # One more than a leaf has nodes: never placed across leaves, waits with the extender's reason.
+    # One more than a leaf has nodes: never placed across leaves, and said to be impossible (it would
+    # otherwise wait forever): Unschedulable with the extender's reason.
     ops.job("too-wide", q, 33, 8, topology={"required": "leaf"})
-    status = ops.wait_phase("too-wide", "Queued", timeout=60)
-    cond = ops.condition("too-wide", "Queued")
-    assert cond is not None and cond["reason"] == "InsufficientGPUs", status
+    status = ops.wait_phase("too-wide", "Unschedulable", timeout=60)
+    cond = ops.condition("too-wide", "Unschedulable")
+    assert cond is not None and cond["reason"] == "ExceedsCluster", status
+    assert cond["message"].endswith("no leaf could ever hold it (at most 32 with every GPU free)"), cond
     assert ops.pods("too-wide") == []
 
 

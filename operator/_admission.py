@@ -321,10 +321,19 @@ class Admission:
                 if extra is not None:
                     await self.kube.create(extra)
             # Every pod at once: the gang is placed and reserved, so nothing waits for siblings.
-            await asyncio.gather(*(self.kube.create(pod) for pod in objects.pods))
+            created = await asyncio.gather(*(self.kube.create(pod) for pod in objects.pods))
         except Exception as exc:
             log.exception("creating the gang of %s failed", job.key)
             return f"creating pods failed: {exc}"
+        # AlreadyExists is success for a pod of this very attempt (a leader finishing step 5), not for a
+        # pod of an earlier attempt still being deleted (a gang requeued a moment ago), which holds
+        # the name: the supervisor creates it once the old one is gone (``missing_pods``).
+        seen = self.cache.pods.get(job.uid, {})
+        stale = [pod["metadata"]["name"] for pod, new in zip(objects.pods, created, strict=True)
+                 if not new and (state := seen.get(pod["metadata"]["name"])) is not None
+                 and (state.attempt != job.attempt or state.deleting)]
+        if stale:
+            log.info("%s: pods %s of an earlier attempt still exist; created once they are gone", job.key, stale)
         self.cache.assume(job, status_fields(GPUJobStatus(pods_created_at=timestamp(self.clock()))))
         return None
 

@@ -8,13 +8,14 @@ admissions a previous leader recorded but did not get to create pods for (step 5
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from typing import Any
 
 from kubegang.api import GPUJobStatus
 from kubegang.operator import _metrics as metrics
 from kubegang.operator._admission import Admission, requeue_patch
-from kubegang.operator._conditions import Phase, transition
+from kubegang.operator._conditions import Phase, parse_rfc3339, transition
 from kubegang.operator._gang_objects import build_pod
 from kubegang.operator._job import JobView, status_fields, timestamp
 from kubegang.operator._lifecycle import Action, Decision, decide
@@ -66,7 +67,14 @@ class Supervisor:
                 dues.append(decision.recheck_after)
             if decision.action is not Action.NONE or decision.stale_pods:
                 work.append(act(job, decision))
-            if decision.action in (Action.NONE, Action.PROGRESS) and self._waits_for_binding(job):
+            if decision.action in (Action.NONE, Action.PROGRESS) and self._missing_pods(job, now):
+                # Pods of this attempt that could not be created while an earlier attempt's pods of
+                # the same names were still being deleted: create them now (idempotent).
+                dues.append(REPAIR_INTERVAL_SECONDS)
+                placement = job.placement
+                if placement is not None:
+                    work.append(self._guarded(job, self.admission.create_gang(job, placement), slots))
+            elif decision.action in (Action.NONE, Action.PROGRESS) and self._waits_for_binding(job):
                 dues.append(REPAIR_INTERVAL_SECONDS)
                 if now.timestamp() - self._repaired_at.get(job.uid, 0.0) >= REPAIR_INTERVAL_SECONDS:
                     self._repaired_at[job.uid] = now.timestamp()
@@ -81,6 +89,18 @@ class Supervisor:
                 await work
             except Exception:
                 log.exception("repairing %s failed; retrying next pass", job.key)
+
+    def _missing_pods(self, job: JobView, now: dt.datetime) -> bool:
+        """Admitted with its pods created a while ago, yet some pod of this attempt is not there (and no
+        pod of an earlier attempt still holds its name)."""
+        if job.phase is not Phase.ADMITTED or not job.pods_created_at:
+            return False
+        if (now - parse_rfc3339(job.pods_created_at)).total_seconds() < REPAIR_INTERVAL_SECONDS:
+            return False  # the watch may not have delivered them yet
+        pods = self.cache.pods_of(job.uid)
+        current = {p.name for p in pods if p.attempt == job.attempt and not p.deleting}
+        others = {p.name for p in pods if p.attempt != job.attempt or p.deleting}
+        return len(current) < job.replicas and not others
 
     def _waits_for_binding(self, job: JobView) -> bool:
         """Admitted, its pods created, some of them not bound yet."""

@@ -343,20 +343,29 @@ class AdmissionCycle(Generic[J, P]):
                      f"admission failed ({type(exc).__name__}: {exc}); retrying in {delay:.0f}s")
 
 
+def _advance(cycle: Cycle[J, P], reply: Any, error: Exception | None) -> tuple[bool, Any]:
+    """Send ``reply`` (or throw ``error``) into ``cycle``: (True, its entries) when it is done, else
+    (False, the next effect)."""
+    try:
+        return False, cycle.throw(error) if error is not None else cycle.send(reply)
+    except StopIteration as stop:
+        return True, stop.value
+
+
 def run_sync(cycle: Cycle[J, P], answer: Callable[[Effect[J, P]], Any]) -> list[Entry[J, P]]:
     """Drive ``cycle`` with a synchronous effect handler (the simulator); an error of the handler is
     raised into the cycle, which makes it that job's AdmissionError."""
     reply: Any = None
     error: Exception | None = None
     while True:
+        done, value = _advance(cycle, reply, error)
+        if done:
+            return value  # type: ignore[no-any-return]
+        reply, error = None, None
         try:
-            effect = cycle.throw(error) if error is not None else cycle.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        try:
-            reply, error = answer(effect), None
+            reply = answer(value)
         except Exception as exc:
-            reply, error = None, exc
+            error = exc
 
 
 async def run_async(cycle: Cycle[J, P], answer: Callable[[Effect[J, P]], Any]) -> list[Entry[J, P]]:
@@ -364,11 +373,11 @@ async def run_async(cycle: Cycle[J, P], answer: Callable[[Effect[J, P]], Any]) -
     reply: Any = None
     error: Exception | None = None
     while True:
+        done, value = _advance(cycle, reply, error)
+        if done:
+            return value  # type: ignore[no-any-return]
+        reply, error = None, None
         try:
-            effect = cycle.throw(error) if error is not None else cycle.send(reply)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        try:
-            reply, error = await answer(effect), None
+            reply = await answer(value)
         except Exception as exc:
-            reply, error = None, exc
+            error = exc

@@ -20,7 +20,7 @@ from typing import Any
 
 import pydantic
 
-from kubegang.admission import Preemptible
+from kubegang.admission import Preemptible, quota_verdict
 from kubegang.api import GPUQueue
 from kubegang.operator._conditions import parse_rfc3339
 from kubegang.operator._job import JobView
@@ -30,9 +30,7 @@ from kubegang.placement import MILLI
 from kubegang.quota import (
     BorrowWithinParent,
     CandidateReason,
-    Decision,
     FlavorQuota,
-    Ok,
     PendingJob,
     PendingQueues,
     PreemptionPolicy,
@@ -41,7 +39,6 @@ from kubegang.quota import (
     QuotaTree,
     ReclaimFromBorrowers,
     RunningJob,
-    Unschedulable,
     WithinQueue,
     candidates_for,
     fits_after_eviction,
@@ -217,7 +214,7 @@ class QuotaBook:
             return Verdict(False, f"queue {job.queue} does not exist (leaf queues: {known})", never=True,
                            cause=WaitReason.QUEUE_NOT_FOUND)
         if job.queue not in set(self.tree.leaves):
-            return Verdict(False, _decision_reason(self.tree.can_admit(job.queue, {})), never=True,
+            return Verdict(False, quota_verdict(self.tree.can_admit(job.queue, {})).reason, never=True,
                            cause=WaitReason.NOT_A_LEAF_QUEUE)
         allowed = self._namespaces.get(job.queue)
         if allowed and job.namespace not in allowed:
@@ -233,7 +230,7 @@ class QuotaBook:
         refusal = self._namespace_refusal(job)
         if refusal is not None:
             return refusal
-        return _verdict(self.tree.can_admit(job.queue, self.usage_of(job)))
+        return quota_verdict(self.tree.can_admit(job.queue, self.usage_of(job)))
 
     def admit(self, job: JobView) -> Verdict:
         if job.uid in self.tree:
@@ -242,7 +239,7 @@ class QuotaBook:
         if refusal is not None:
             return refusal
         held = dataclasses.replace(job, flavor=self.flavor_of(job))
-        verdict = _verdict(self.tree.admit(job.uid, job.queue, self.usage_of(held)))
+        verdict = quota_verdict(self.tree.admit(job.uid, job.queue, self.usage_of(held)))
         if verdict.ok:
             self._keep(held)
         return verdict
@@ -272,7 +269,7 @@ class QuotaBook:
         return PendingJob(job.uid, job.queue, self.usage_of(job), self.priority(job), job.created.timestamp())
 
     def can_admit_without(self, job: JobView, evicted: Sequence[str]) -> Verdict:
-        return _verdict(fits_after_eviction(self.tree, self._pending_job(job), evicted))
+        return quota_verdict(fits_after_eviction(self.tree, self._pending_job(job), evicted))
 
     def quota_victims(self, job: JobView, candidates: Sequence[str]) -> list[str] | None:
         return quota_victims(self.tree, self._pending_job(job), candidates)
@@ -324,17 +321,6 @@ def _placed_products(job: JobView, node_products: Mapping[str, str]) -> set[str]
     placement = job.placement
     nodes = placement.nodes if placement is not None else frozenset()
     return {node_products[node] for node in nodes if node in node_products}
-
-
-def _decision_reason(decision: Decision) -> str:
-    return "" if isinstance(decision, Ok) else decision.reason
-
-
-def _verdict(decision: Decision) -> Verdict:
-    if isinstance(decision, Ok):
-        return Verdict(True)
-    never = isinstance(decision, Unschedulable)
-    return Verdict(False, decision.reason, never=never, cause=WaitReason.EXCEEDS_QUEUE_CAPACITY if never else None)
 
 
 def _why(reason: CandidateReason, preemptor: JobView, victim: JobView) -> str:

@@ -41,6 +41,7 @@ from kubegang.admission import (
     Verdict,
     WhatIf,
     WhatIfAnswer,
+    quota_verdict,
     run_sync,
 )
 from kubegang.placement import AllocationError, Placement, Snapshot, plan
@@ -48,14 +49,12 @@ from kubegang.quota import (
     BackfillPolicy,
     BorrowWithinParent,
     FlavorQuota,
-    Ok,
     PendingJob,
     PendingQueues,
     PreemptionPolicy,
     QueueSpec,
     QuotaTree,
     RunningJob,
-    Unschedulable,
     WithinQueue,
     candidates_for,
     fits_after_eviction,
@@ -122,18 +121,14 @@ class _TreeQuota:
 
     def can_admit(self, job: _SimJob) -> Verdict:
         head = self.pending_job(job)
-        decision = self.tree.can_admit(head.queue, head.usage)
-        if isinstance(decision, Ok):
-            return Verdict(True)
-        return Verdict(False, decision.reason, never=isinstance(decision, Unschedulable))
+        return quota_verdict(self.tree.can_admit(head.queue, head.usage))
 
     def admit(self, job: _SimJob) -> Verdict:
         head = self.pending_job(job)
-        decision = self.tree.admit(job.uid, head.queue, head.usage)
-        if not isinstance(decision, Ok):
-            return Verdict(False, decision.reason)
-        self.running_jobs[job.uid] = (job, self.clock())
-        return Verdict(True)
+        verdict = quota_verdict(self.tree.admit(job.uid, head.queue, head.usage))
+        if verdict.ok:
+            self.running_jobs[job.uid] = (job, self.clock())
+        return verdict
 
     def release(self, job_uid: str) -> None:
         self.tree.release(job_uid)
@@ -149,8 +144,7 @@ class _TreeQuota:
         return quota_victims(self.tree, self.pending_job(job), candidates)
 
     def can_admit_without(self, job: _SimJob, evicted: Sequence[str]) -> Verdict:
-        decision = fits_after_eviction(self.tree, self.pending_job(job), evicted)
-        return Verdict(True) if isinstance(decision, Ok) else Verdict(False, decision.reason)
+        return quota_verdict(fits_after_eviction(self.tree, self.pending_job(job), evicted))
 
     def reserve_after(self, job: _SimJob) -> float | None:
         return None  # the policy's threshold for every queue

@@ -31,6 +31,7 @@ from kubegang.admission._types import (
     WhatIf,
     WhatIfAnswer,
     Workload,
+    quota_verdict,
 )
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "WhatIf",
     "WhatIfAnswer",
     "Workload",
+    "quota_verdict",
     "run_async",
     "run_sync",
 ]

@@ -13,6 +13,8 @@ import enum
 from collections.abc import Sequence
 from typing import Generic, Protocol, TypeVar
 
+from kubegang.quota import Decision, Ok, Unschedulable
+
 
 class Workload(Protocol):
     """What the cycle itself reads of a job (the ports know the rest)."""
@@ -116,6 +118,14 @@ class Verdict:
     """True when the answer cannot change while the queue tree stays as it is (Unschedulable)."""
     cause: WaitReason | None = None
     """The condition reason when it is no (None: the cycle's default for the step)."""
+
+
+def quota_verdict(decision: Decision) -> Verdict:
+    """The cycle's answer for a quota tree's ``Decision`` (``Unschedulable`` is never, and says so)."""
+    if isinstance(decision, Ok):
+        return Verdict(True)
+    never = isinstance(decision, Unschedulable)
+    return Verdict(False, decision.reason, never=never, cause=WaitReason.EXCEEDS_QUEUE_CAPACITY if never else None)
 
 
 @dataclasses.dataclass(frozen=True)

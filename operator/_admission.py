@@ -64,7 +64,7 @@ from kubegang.operator._status_writer import StatusWriter
 
 log = logging.getLogger("kubegang.operator.admission")
 
-_NOT_ADMITTED: dict[str, Any] = status_fields(GPUJobStatus(admitted_at=None, pods_created_at=None, ready_replicas=0))
+NOT_ADMITTED: dict[str, Any] = status_fields(GPUJobStatus(admitted_at=None, pods_created_at=None, ready_replicas=0))
 """Status fields cleared when a job gives its admission back. ``placement`` stays: its domain is
 preferred when the gang is placed again, and a new admission overwrites it."""
 
@@ -341,7 +341,7 @@ class Admission:
         await self.teardown(job)
         self.cache.forget(job.uid)
         patch = transition(job.status, Phase.QUEUED, "AdmissionFailed", f"requeued: {error}", now=self.clock())
-        patch.update(_NOT_ADMITTED)
+        patch.update(NOT_ADMITTED)
         self.cache.assume(job, patch)
         try:
             await self.writer.write(job, patch)
@@ -379,7 +379,7 @@ class Admission:
         status["conditions"] = set_condition(
             status["conditions"], CondType.PREEMPTED, True, "Preempted", message, now=now
         )
-        status.update(_NOT_ADMITTED)
+        status.update(NOT_ADMITTED)
         self.cache.assume(victim, status)
         await self.writer.write(victim, status)
         self.notify(victim, "Preempted", message, warning=True)
@@ -428,7 +428,7 @@ def requeue_patch(
 ) -> dict[str, Any]:
     """Status for a gang sent back to its queue (restart, timeout): no placement, no admission."""
     patch = transition(job.status, Phase.QUEUED, reason, message, now=now)
-    patch.update(_NOT_ADMITTED)
+    patch.update(NOT_ADMITTED)
     if extra:
         patch.update(extra)
     return patch

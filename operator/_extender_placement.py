@@ -18,7 +18,7 @@ from kubegang.api import Placement, ReplicaPlacement
 from kubegang.extender.client import PlacementClient
 from kubegang.levels import Level
 from kubegang.operator._job import JobView
-from kubegang.operator._types import Moved, PlanResult, RepairResult, Verdict
+from kubegang.operator._types import PlanResult, RepairResult, Verdict
 from kubegang.placement import MILLI, GangRequest
 from kubegang.placement import Placement as CorePlacement
 
@@ -113,10 +113,9 @@ class ExtenderPlacement:
         except grpc.aio.AioRpcError as exc:
             log.error("Repair for %s failed: %s", job.key, exc.details())
             return RepairResult(None, (), f"extender unavailable ({exc.code().name})")
-        moved = tuple(Moved(d.index, d.node, d.intruder) for d in outcome.displaced)
         if isinstance(outcome.result, CorePlacement):
-            return RepairResult(api_placement(outcome.result), moved)
-        return RepairResult(None, moved, outcome.result.reason)
+            return RepairResult(api_placement(outcome.result), outcome.displaced)
+        return RepairResult(None, outcome.displaced, outcome.result.reason)
 
     async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> WhatIfAnswer:
         try:

@@ -14,7 +14,7 @@ from typing import Any
 
 from kubegang.api import GPUJobStatus
 from kubegang.operator import _metrics as metrics
-from kubegang.operator._admission import Admission, requeue_patch
+from kubegang.operator._admission import NOT_ADMITTED, Admission, requeue_patch
 from kubegang.operator._conditions import Phase, parse_rfc3339, transition
 from kubegang.operator._gang_objects import build_pod
 from kubegang.operator._job import JobView, status_fields, timestamp
@@ -174,7 +174,7 @@ class Supervisor:
             await self._write(
                 job,
                 transition(job.status, Phase.SUSPENDED, decision.reason, decision.message, now=now)
-                | status_fields(GPUJobStatus(admitted_at=None, pods_created_at=None, ready_replicas=0)),
+                | NOT_ADMITTED,
             )
             self.admission.notify(job, "Suspended", decision.message)
         elif action is Action.RESUME:

@@ -12,23 +12,12 @@ import dataclasses
 
 from kubegang.admission import PlanAnswer, Verdict, WaitReason
 from kubegang.api import Placement
+from kubegang.extender._authority import Displacement
 
 PlanResult = PlanAnswer[Placement]
 """The extender's answer to Plan, in the API's placement type."""
 
-__all__ = ["Moved", "PlanResult", "RepairResult", "Verdict", "WaitReason"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Moved:
-    """A gang slot that had to move because a pod kubegang did not place took its GPUs."""
-
-    index: int
-    """The replica index."""
-    node: str
-    """The node it was planned on."""
-    intruder: str
-    """``namespace/name`` of the pod that holds those GPUs now."""
+__all__ = ["PlanResult", "RepairResult", "Verdict", "WaitReason"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +26,7 @@ class RepairResult:
 
     placement: Placement | None
     """The whole gang's placement now; None when the moved slots fit nowhere (or no answer came)."""
-    moved: tuple[Moved, ...] = ()
+    moved: tuple[Displacement, ...] = ()
     """Slots that moved (empty: nothing was displaced)."""
     reason: str = ""
     """Why there is no placement."""

@@ -404,14 +404,20 @@ class LedgerState:
             return
         intruder = next((h for h in self._pods.values() if h.bound and h.node == pod.node and h.owner != pod.owner
                          and (not pod.gpu_indices or set(h.gpu_indices) & set(pod.gpu_indices))), None)
-        if intruder is None:
-            return
-        self._displaced_pods.add(pod.uid)
-        self._unplaced[pod.uid] = f"its planned GPUs are held by {intruder.key}, which kubegang did not place"
-        if pod.index not in self._displaced.setdefault(pod.owner, {}):
+        if intruder is not None:
+            self._record_displacement(pod.owner, pod.index, intruder, pod)
+
+    def _record_displacement(self, job: str, index: int, intruder: HeldPod, pod: HeldPod | None) -> None:
+        """Slot ``index`` of ``job`` (held by the unbound ``pod``, or by a reservation when None) lost its
+        GPUs to the bound ``intruder``: remember it for ``repair`` and count it once."""
+        if pod is not None:
+            self._displaced_pods.add(pod.uid)
+            self._unplaced[pod.uid] = f"its planned GPUs are held by {intruder.key}, which kubegang did not place"
+        if index not in self._displaced.setdefault(job, {}):
             self._new_intrusions += 1
-            log.warning("pod %s bound to %s holds GPUs planned for pod %s", intruder.key, pod.node, pod.key)
-        self._displaced[pod.owner][pod.index] = Displacement(pod.index, pod.node, intruder.key)
+            log.warning("pod %s bound to %s took GPUs planned for pod %d of job %s", intruder.key,
+                        intruder.node, index, job)
+        self._displaced[job][index] = Displacement(index, intruder.node, intruder.key)
 
     def _displace(self, snap: Snapshot, intruder: HeldPod) -> None:
         """Make room for a bound pod that does not fit: drop the plans on its node (unclaimed reservation
@@ -430,14 +436,7 @@ class LedgerState:
                 reservation.held.discard(index)
                 if not reservation.held:
                     del self._reservations[job]
-            else:
-                self._displaced_pods.add(pod.uid)
-                self._unplaced[pod.uid] = f"its planned GPUs are held by {intruder.key}, which kubegang did not place"
-            if index not in self._displaced.setdefault(job, {}):
-                self._new_intrusions += 1
-                log.warning("pod %s bound to %s took GPUs planned for pod %d of job %s", intruder.key,
-                            intruder.node, index, job)
-            self._displaced[job][index] = Displacement(index, intruder.node, intruder.key)
+            self._record_displacement(job, index, intruder, pod)
             try:
                 self._allocate_pod(snap, intruder)
             except AllocationError:

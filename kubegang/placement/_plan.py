@@ -194,15 +194,21 @@ def _unless_never(snapshot: Snapshot, gang: GangRequest, cap: FlavourCapacity, t
 def _most_ever(snapshot: Snapshot, cap: FlavourCapacity, top: Level, gpus_per_pod: int) -> int:
     """Pods of ``gpus_per_pod`` that the roomiest domain at ``top`` could hold with every GPU free.
 
-    Only asked when a gang does not fit now (O(nodes)): it tells "wait" from "never" (a 3-node gang on
-    a 2-node cluster, a 9-node gang whose required leaf has 8 nodes)."""
+    Only asked when a gang does not fit now: it tells "wait" from "never" (a 3-node gang on a 2-node
+    cluster, a 9-node gang whose required leaf has 8 nodes). Totals never change, so it is computed
+    once per level and pod size (O(nodes)) and kept by the capacity index."""
+    key = (int(top), gpus_per_pod)
+    known = cap.most_ever.get(key)
+    if known is not None:
+        return known
     per_domain: dict[int, int] = {}
     domain_of = snapshot.topology.domain_of[top] if top is not Level.CLUSTER else None
     for n, total in enumerate(cap.total):
         if total >= gpus_per_pod:
             d = domain_of[n] if domain_of is not None else 0
             per_domain[d] = per_domain.get(d, 0) + total // gpus_per_pod
-    return max(per_domain.values(), default=0)
+    cap.most_ever[key] = most = max(per_domain.values(), default=0)
+    return most
 
 
 def _plan_single(gang: GangRequest, snapshot: Snapshot) -> Placement | None:

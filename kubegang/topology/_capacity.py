@@ -59,6 +59,9 @@ class FlavourCapacity:
     """``full_nodes[level][d]``: nodes with every GPU of this flavour free."""
     largest: int = -1
     """The node with the most GPUs of this flavour (lowest number on ties): totals never change."""
+    most_ever: dict[tuple[int, int], int] = field(default_factory=dict)
+    """(level, GPUs per pod) -> pods the roomiest domain of that level holds with every GPU free
+    (memo of ``kubegang.placement``'s never-fits test; totals never change)."""
 
     def pods_fit(self, level: Level, domain: int, gpus_per_pod: int) -> int:
         """Upper bound on pods of ``gpus_per_pod`` whole GPUs that fit in the domain (GPUs only)."""

@@ -24,6 +24,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", type=Path, required=True, help="server certificate (PEM)")
     p.add_argument("--tls-key", type=Path, required=True, help="server private key (PEM)")
     p.add_argument("--client-ca", type=Path, required=True, help="CA that client certificates must chain to")
+    p.add_argument("--tls-reload-seconds", type=float, default=defaults["tls_reload_seconds"],
+                   help="how often the certificate files are checked for a change, which new connections "
+                        "then get without a restart")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster / $KUBECONFIG)")
     p.add_argument("--https-address", default=defaults["https_address"])
     p.add_argument("--https-port", type=int, default=defaults["https_port"], help="scheduler verbs port")
@@ -60,6 +63,10 @@ async def _serve(settings: ExtenderSettings) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``kubegang-extender``."""
     settings = settings_from_args(argv)
+    if settings.tls_reload_seconds <= 0:
+        print(f"kubegang-extender: --tls-reload-seconds must be > 0, got {settings.tls_reload_seconds}",
+              file=sys.stderr)
+        return 2
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     for path in (settings.tls_cert, settings.tls_key, settings.client_ca):

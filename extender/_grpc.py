@@ -34,6 +34,7 @@ from kubegang.extender._convert import (
     what_if_response,
 )
 from kubegang.extender._metrics import ExtenderMetrics
+from kubegang.tls import ReloadingServerTLS, ServerMaterial
 
 log = logging.getLogger(__name__)
 _M = TypeVar("_M", bound=Message)
@@ -59,6 +60,32 @@ def server_credentials(cert: Path, key: Path, client_ca: Path) -> grpc.ServerCre
         [(key.read_bytes(), cert.read_bytes())],
         root_certificates=client_ca.read_bytes(),
         require_client_auth=True,
+    )
+
+
+def _certificate_configuration(material: ServerMaterial) -> Any:
+    return grpc.ssl_server_certificate_configuration(
+        [(material.key_pem, material.cert_pem)], root_certificates=material.ca_pem
+    )
+
+
+def reloading_server_credentials(tls: ReloadingServerTLS) -> grpc.ServerCredentials:
+    """mTLS server credentials that follow ``tls``: each new handshake gets its current material.
+
+    gRPC asks the fetcher before every handshake; it answers None ("keep what you have") unless
+    ``tls`` reloaded since it last answered, so the bytes are handed over once per rotation.
+    """
+    served = [tls.current.generation]
+
+    def fetch() -> Any:
+        material = tls.current
+        if material.generation == served[0]:
+            return None
+        served[0] = material.generation
+        return _certificate_configuration(material)
+
+    return grpc.dynamic_ssl_server_credentials(
+        _certificate_configuration(tls.current), fetch, require_client_authentication=True
     )
 
 

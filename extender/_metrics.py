@@ -63,3 +63,10 @@ class ExtenderMetrics:
             ["resource", "reason"],
             registry=self.registry,
         )
+        self.tls_reloads = Counter(
+            "kubegang_extender_tls_reloads_total",
+            "Changes of the mounted certificate files, per outcome: reloaded (new connections get the new "
+            "certificate) or refused (they do not load; the last good certificate stays).",
+            ["outcome"],
+            registry=self.registry,
+        )

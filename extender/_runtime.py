@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 import httpx2
 
-from kubegang.extender._grpc import GrpcSite, serve_grpc, server_credentials
+from kubegang.extender._grpc import GrpcSite, reloading_server_credentials, serve_grpc
 from kubegang.extender._http import RunningSite, build_extender_app, build_health_app, serve
 from kubegang.extender._ledger import Ledger
 from kubegang.extender._metrics import ExtenderMetrics
 from kubegang.extender._settings import ExtenderSettings
 from kubegang.extender._watch import ClusterFeed, api_client
-from kubegang.tls import server_ssl_context
+from kubegang.tls import ReloadingServerTLS, ReloadOutcome
 from kubegang.topology import TopologyLabels
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,11 @@ async def _housekeeping(ledger: Ledger, metrics: ExtenderMetrics, feed: ClusterF
             log.exception("housekeeping failed; continuing")
 
 
+def _count_reload(metrics: ExtenderMetrics, outcome: ReloadOutcome) -> None:
+    if outcome is not ReloadOutcome.UNCHANGED:
+        metrics.tls_reloads.labels(outcome.value).inc()
+
+
 @contextlib.asynccontextmanager
 async def run_extender(settings: ExtenderSettings,
                        client: httpx2.AsyncClient | None = None) -> AsyncIterator[RunningExtender]:
@@ -73,18 +78,21 @@ async def run_extender(settings: ExtenderSettings,
                     startup_grace_seconds=settings.startup_grace_seconds)
     client = client if client is not None else api_client(settings.kubeconfig)
     feed = ClusterFeed(client, ledger, metrics)
-    ssl_ctx = server_ssl_context(settings.tls_cert, settings.tls_key, settings.client_ca)
+    tls = ReloadingServerTLS(settings.tls_cert, settings.tls_key, settings.client_ca)
     https = await serve(build_extender_app(ledger, metrics, max_body_bytes=settings.max_body_bytes),
-                        settings.https_address, settings.https_port, ssl_ctx)
+                        settings.https_address, settings.https_port, tls.listening_context())
     grpc_site = await serve_grpc(ledger, metrics, f"{settings.grpc_address}:{settings.grpc_port}",
-                                 server_credentials(settings.tls_cert, settings.tls_key, settings.client_ca),
+                                 reloading_server_credentials(tls),
                                  default_ttl_seconds=settings.reservation_ttl_seconds)
     health = await serve(build_health_app(metrics, lambda: ledger.synced),
                          settings.health_address, settings.health_port)
     tasks = [asyncio.create_task(feed.run(), name="watch-feed"),
              asyncio.create_task(_housekeeping(ledger, metrics, feed, settings.housekeeping_seconds,
                                                settings.requeue_batch),
-                                 name="housekeeping")]
+                                 name="housekeeping"),
+             asyncio.create_task(tls.watch(settings.tls_reload_seconds,
+                                           lambda outcome: _count_reload(metrics, outcome)),
+                                 name="tls-reload")]
     log.info("extender listening: https %s, grpc %s, health %s", https.port, grpc_site.port, health.port)
     try:
         yield RunningExtender(ledger, metrics, https, grpc_site, health)

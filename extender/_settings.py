@@ -19,6 +19,9 @@ class ExtenderSettings:
     """Its private key (PEM)."""
     client_ca: Path
     """CA that client certificates (kube-scheduler, operator) must chain to."""
+    tls_reload_seconds: float = 10.0
+    """How often the three files are checked for a change (a renewed Secret); a change is loaded for
+    new connections of both listeners without a restart."""
     kubeconfig: str | None = None
     """kubeconfig path; None = in-cluster service account (or $KUBECONFIG)."""
     https_address: str = "0.0.0.0"

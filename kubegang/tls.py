@@ -11,9 +11,14 @@ accepted by Go's TLS stack (kube-scheduler) and by gRPC's BoringSSL.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import enum
 import ipaddress
+import logging
+import os
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +26,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+log = logging.getLogger(__name__)
 
 DEFAULT_VALIDITY = dt.timedelta(days=365)
 """Lifetime of generated certificates unless told otherwise."""
@@ -114,12 +121,15 @@ def make_leaf(
     client: bool = False,
     organization: str | None = None,
     validity: dt.timedelta = DEFAULT_VALIDITY,
+    not_before: dt.datetime | None = None,
 ) -> KeyPair:
     """A leaf certificate signed by ``ca``.
 
     ``server_names`` (DNS names or IP addresses) make it a server certificate with those SANs;
     ``client=True`` makes it usable for client authentication. Both may be set. ``organization``
     becomes the subject's O, which kube-apiserver reads as the user's group (``system:masters``).
+    ``not_before`` (default: five minutes ago) starts its validity; a past start with a short
+    ``validity`` makes the expired certificate that the mTLS tests present.
     """
     if not server_names and not client:
         raise ValueError("make_leaf: give server_names (for a server cert) and/or client=True")
@@ -133,7 +143,7 @@ def make_leaf(
         usages.append(ExtendedKeyUsageOID.SERVER_AUTH)
     if client:
         usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
-    now = _now()
+    start = not_before if not_before is not None else _now() - dt.timedelta(minutes=5)
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([
@@ -143,8 +153,8 @@ def make_leaf(
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + validity)
+        .not_valid_before(start)
+        .not_valid_after(start + validity)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         .add_extension(
@@ -219,3 +229,126 @@ def client_ssl_context(ca: Path, cert: Path | None = None, key: Path | None = No
     elif (cert is None) != (key is None):
         raise ValueError("client_ssl_context: give both cert and key, or neither")
     return ctx
+
+
+# ---- certificates that change while the server runs -------------------------------------------
+
+
+class ReloadOutcome(enum.Enum):
+    """What one look at the certificate files found."""
+
+    UNCHANGED = "unchanged"
+    """The files are as last loaded."""
+    RELOADED = "reloaded"
+    """They changed and the new certificate, key and CA are in use for new connections."""
+    REFUSED = "refused"
+    """They changed but do not load (a key that does not match, a file half written): the last good
+    material stays in use and the next look tries again."""
+
+
+@dataclass(frozen=True)
+class ServerMaterial:
+    """One loaded generation of a server's TLS files: the bytes (for gRPC) and the ssl context."""
+
+    cert_pem: bytes
+    """Server certificate chain (PEM)."""
+    key_pem: bytes
+    """Its private key (PEM)."""
+    ca_pem: bytes
+    """CA bundle client certificates must chain to (PEM)."""
+    context: ssl.SSLContext
+    """:func:`server_ssl_context` over the same bytes."""
+    generation: int
+    """1 for the files loaded at start, +1 for each reload."""
+
+
+_Stamp = tuple[tuple[int, int, int, int], ...]
+
+
+def _stamp(paths: tuple[Path, ...]) -> _Stamp:
+    # stat() follows symlinks: kubelet updates a mounted Secret by swapping the ``..data`` link, so the
+    # inode changes even when the size and a coarse mtime do not.
+    out = []
+    for path in paths:
+        st = os.stat(path)
+        out.append((st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev))
+    return tuple(out)
+
+
+class ReloadingServerTLS:
+    """A server's certificate, key and client CA, reloaded when the files change, without a restart.
+
+    Why: cert-manager renews the Secret and kubelet rewrites the mounted files in place, but a server
+    that loaded them once keeps presenting the old certificate until it expires. Each look
+    (:meth:`check`, run off the event loop by :meth:`watch` on a timer) stats the three files and
+    rebuilds only when one changed; material that does not load is refused and the last good one
+    stays, so a rotation caught half-way never takes a listener down. Connections already open keep
+    the certificate they were made with; new ones get the current one:
+
+    - HTTPS: :meth:`listening_context` is the context to listen with; its SNI callback (which OpenSSL
+      calls on every handshake, with or without SNI) moves the connection onto the current context.
+    - gRPC: a certificate-configuration fetcher (``kubegang.extender``) hands the current bytes over.
+    """
+
+    def __init__(self, cert: Path, key: Path, client_ca: Path) -> None:
+        self._paths = (cert, key, client_ca)
+        self._stamp: _Stamp | None = None
+        self._refused: _Stamp | None = None
+        self._current = self._load(1)
+        self._listening: ssl.SSLContext | None = None
+
+    @property
+    def current(self) -> ServerMaterial:
+        """The material new connections get."""
+        return self._current
+
+    def _load(self, generation: int) -> ServerMaterial:
+        cert, key, ca = self._paths
+        before = _stamp(self._paths)
+        data = (cert.read_bytes(), key.read_bytes(), ca.read_bytes())
+        context = server_ssl_context(cert, key, ca)
+        again = (cert.read_bytes(), key.read_bytes(), ca.read_bytes())
+        if data != again or _stamp(self._paths) != before:
+            raise ValueError("the certificate files changed while being loaded")
+        self._stamp = before
+        return ServerMaterial(cert_pem=data[0], key_pem=data[1], ca_pem=data[2], context=context,
+                              generation=generation)
+
+    def check(self) -> ReloadOutcome:
+        """Reload if the files changed since the last load (blocking file I/O: call it off the loop)."""
+        stamp: _Stamp | None = None
+        try:
+            stamp = _stamp(self._paths)
+            if stamp == self._stamp:
+                return ReloadOutcome.UNCHANGED
+            material = self._load(self._current.generation + 1)
+        except (OSError, ValueError, ssl.SSLError) as exc:
+            if stamp is None or stamp != self._refused:  # once per state of the files, not every look
+                log.warning("TLS files %s changed but do not load (%s); keeping generation %d",
+                            ", ".join(map(str, self._paths)), exc, self._current.generation)
+            self._refused = stamp
+            return ReloadOutcome.REFUSED
+        self._current = material
+        log.info("TLS files reloaded: generation %d", material.generation)
+        return ReloadOutcome.RELOADED
+
+    def listening_context(self) -> ssl.SSLContext:
+        """The context an HTTPS listener is started with; every handshake uses :attr:`current`."""
+        if self._listening is None:
+            cert, key, ca = self._paths
+            listening = server_ssl_context(cert, key, ca)
+
+            def switch(conn: ssl.SSLSocket | ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
+                conn.context = self._current.context
+
+            listening.sni_callback = switch
+            self._listening = listening
+        return self._listening
+
+    async def watch(self, every: float, on_check: Callable[[ReloadOutcome], None] | None = None) -> None:
+        """Look at the files every ``every`` seconds until cancelled; ``on_check`` sees each outcome."""
+        while True:
+            await asyncio.sleep(every)
+            outcome = await asyncio.to_thread(self.check)
+            if on_check is not None:
+                on_check(outcome)

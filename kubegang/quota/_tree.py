@@ -188,6 +188,17 @@ class QuotaTree:
         node = self._node(queue)
         return {f: max(0, self._available(node, f)[0]) for f in self._flavors}
 
+    def lent(self, queue: str) -> dict[str, int]:
+        """GPUs per flavour of the queue's own nominal that other queues use now (reclaimable by
+        preemption): what a refusal's reason calls "lent to other queues"."""
+        node = self._node(queue)
+        out: dict[str, int] = {}
+        for flavor in self._flavors:
+            amount = _lent(node, flavor, max(0, self._available(node, flavor)[0]))
+            if amount:
+                out[flavor] = amount
+        return out
+
     def status(self, queue: str) -> QueueStatus:
         from kubegang.quota._fairshare import dominant_share
 
@@ -475,9 +486,8 @@ class QuotaTree:
     def _explain_refusal(self, node: _Node, flavor: str, need: int, avail: int, limit: _Limit) -> str:
         nominal = node.nominal[flavor]
         used = node.usage[flavor]
-        unused_nominal = max(0, nominal - used)
-        free_nominal = min(unused_nominal, avail)
-        lent = unused_nominal - free_nominal
+        lent = _lent(node, flavor, avail)
+        free_nominal = max(0, nominal - used) - lent
         more = avail - free_nominal
         q = self._gpus
         text = f"queue {node.name} needs {q(need)} {flavor} but can get {q(avail)} now: "
@@ -496,6 +506,12 @@ class QuotaTree:
             return text + f" (borrowingLimit {cap} of queue {lim.name}, {q(borrowed)} borrowed)"
         free = max(0, lim.quota[flavor] - lim.charged[flavor])
         return text + f" ({q(free)} unused of the {q(lim.quota[flavor])} shared in {lim.name}'s tree)"
+
+
+def _lent(node: _Node, flavor: str, avail: int) -> int:
+    """Of the queue's unused nominal, what a job of it cannot get now (others use it)."""
+    unused = max(0, node.nominal[flavor] - node.usage[flavor])
+    return unused - min(unused, avail)
 
 
 def _describe_potential(limit: _Limit, flavor: str, most: int, q: Callable[[int], str]) -> str:

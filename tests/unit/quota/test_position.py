@@ -1,0 +1,76 @@
+"""Queue positions: the admission cycle's own order (leaf heap key, then the heads' tournament)."""
+
+from __future__ import annotations
+
+from kubegang.quota import (
+    FlavorQuota,
+    PendingJob,
+    PendingQueues,
+    QueueSpec,
+    QuotaTree,
+    queue_positions,
+)
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+
+def tree() -> QuotaTree:
+    return QuotaTree([
+        QueueSpec("org", quotas={H100: FlavorQuota(24)}),
+        QueueSpec("a", parent="org", quotas={H100: FlavorQuota(4)}),
+        QueueSpec("b", parent="org", quotas={H100: FlavorQuota(4)}),
+        QueueSpec("solo", quotas={H100: FlavorQuota(8)}),
+    ])
+
+
+def test_leaf_order_is_priority_then_creation_and_cohort_order_is_the_tournament() -> None:
+    t = tree()
+    t.admit("x", "a", {H100: 12})  # queue a borrows 8: b's head goes first
+    jobs = [
+        PendingJob("a-old", "a", {H100: 1}, created=1.0),
+        PendingJob("a-new", "a", {H100: 1}, created=2.0),
+        PendingJob("a-urgent", "a", {H100: 1}, priority=10, created=3.0),
+        PendingJob("b-1", "b", {H100: 1}, priority=10, created=5.0),
+        PendingJob("s-1", "solo", {H100: 1}, created=0.0),
+    ]
+    pos = queue_positions(t, jobs)
+    assert [pos[j].in_queue for j in ("a-urgent", "a-old", "a-new")] == [1, 2, 3]
+    assert pos["a-new"].ahead_in_queue == ("a-urgent", "a-old")
+    # Equal priority at the heads (10): fair share decides, and b borrows nothing.
+    assert pos["b-1"].cohort == 1 and pos["b-1"].ahead == ()
+    assert pos["a-urgent"].cohort == 2 and pos["a-urgent"].ahead_heads == ("b-1",)
+    assert pos["a-new"].ahead == ("a-urgent", "a-old", "b-1")
+    # Another tree is another cohort: nothing of org is ahead of it.
+    assert pos["s-1"].cohort == 1 and pos["s-1"].root == "solo" and pos["s-1"].ahead == ()
+    assert pos["a-old"].root == "org"
+
+
+def test_positions_agree_with_the_cycle_s_pending_queues() -> None:
+    t = tree()
+    t.admit("x", "b", {H100: 10})
+    jobs = [PendingJob(f"{q}{i}", q, {H100: 1 + i}, priority=i % 2, created=float(i)) for q in "ab" for i in range(3)]
+    pending = PendingQueues(t)
+    for job in jobs:
+        pending.push(job)
+    heads = [h.job_id for h in pending.heads()]
+    pos = queue_positions(t, jobs)
+    assert sorted(heads, key=lambda j: pos[j].cohort) == heads
+    assert all(pos[j].in_queue == 1 for j in heads)
+
+
+def test_a_queue_the_tree_does_not_know_is_its_own_cohort() -> None:
+    pos = queue_positions(tree(), [PendingJob("j", "nowhere", {H100: 1})])
+    assert (pos["j"].in_queue, pos["j"].cohort, pos["j"].root) == (1, 1, "nowhere")
+
+
+def test_lent_is_the_unused_nominal_others_use_now() -> None:
+    t = QuotaTree([
+        QueueSpec("org", quotas={H100: FlavorQuota(0)}),
+        QueueSpec("a", parent="org", quotas={H100: FlavorQuota(8)}),
+        QueueSpec("b", parent="org", quotas={H100: FlavorQuota(8)}),
+    ])
+    assert t.admit("big", "b", {H100: 12})
+    assert t.lent("a") == {H100: 4}
+    assert t.lent("b") == {}
+    decision = t.can_admit("a", {H100: 8})
+    assert "4 lent to other queues" in decision.reason

@@ -265,9 +265,12 @@ class ServerMaterial:
 _Stamp = tuple[tuple[int, int, int, int], ...]
 
 
-def _stamp(paths: tuple[Path, ...]) -> _Stamp:
-    # stat() follows symlinks: kubelet updates a mounted Secret by swapping the ``..data`` link, so the
-    # inode changes even when the size and a coarse mtime do not.
+def files_stamp(paths: tuple[Path, ...]) -> _Stamp:
+    """What tells whether files changed: mtime, size, inode and device of each (OSError if one is gone).
+
+    ``stat`` follows symlinks: kubelet updates a mounted Secret by swapping the ``..data`` link, so the
+    inode changes even when the size and a coarse mtime do not.
+    """
     out = []
     for path in paths:
         st = os.stat(path)
@@ -304,11 +307,11 @@ class ReloadingServerTLS:
 
     def _load(self, generation: int) -> ServerMaterial:
         cert, key, ca = self._paths
-        before = _stamp(self._paths)
+        before = files_stamp(self._paths)
         data = (cert.read_bytes(), key.read_bytes(), ca.read_bytes())
         context = server_ssl_context(cert, key, ca)
         again = (cert.read_bytes(), key.read_bytes(), ca.read_bytes())
-        if data != again or _stamp(self._paths) != before:
+        if data != again or files_stamp(self._paths) != before:
             raise ValueError("the certificate files changed while being loaded")
         self._stamp = before
         return ServerMaterial(cert_pem=data[0], key_pem=data[1], ca_pem=data[2], context=context,
@@ -318,7 +321,7 @@ class ReloadingServerTLS:
         """Reload if the files changed since the last load (blocking file I/O: call it off the loop)."""
         stamp: _Stamp | None = None
         try:
-            stamp = _stamp(self._paths)
+            stamp = files_stamp(self._paths)
             if stamp == self._stamp:
                 return ReloadOutcome.UNCHANGED
             material = self._load(self._current.generation + 1)

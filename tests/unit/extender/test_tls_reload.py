@@ -7,6 +7,7 @@ rename of the ``..data`` link), and the reloader runs on its own timer, as in th
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
@@ -28,7 +29,7 @@ from kubegang.extender._grpc import SERVICE_NAME, GrpcSite, reloading_server_cre
 from kubegang.extender._http import RunningSite, build_extender_app, serve
 from kubegang.extender._metrics import ExtenderMetrics
 from kubegang.extender._runtime import _count_reload
-from kubegang.extender.client import channel_credentials
+from kubegang.extender.client import PlacementClient, channel_credentials
 from kubegang.tls import KeyPair, ReloadingServerTLS, ReloadOutcome, client_ssl_context, make_ca, make_leaf
 
 from .conftest import FakeAuthority, LoopThread  # type: ignore[import-not-found]
@@ -95,8 +96,6 @@ def served(tmp_path: Path, loop_thread: LoopThread) -> Iterator[tuple[Extender, 
     _publish(folder, _server_files(ca, make_leaf(ca, "kubegang-extender", server_names=NAMES)))
 
     async def start() -> tuple[Extender, Any]:
-        import asyncio
-
         tls = ReloadingServerTLS(folder / "tls.crt", folder / "tls.key", folder / "ca.crt")
         metrics = ExtenderMetrics()
         https = await serve(build_extender_app(FakeAuthority(), metrics), "127.0.0.1", 0,
@@ -270,3 +269,49 @@ def test_unchanged_files_are_not_reloaded(tmp_path: Path) -> None:
     (folder / "..data").unlink()  # the files vanish (a Secret deleted): refused, the old ones stay
     assert tls.check() is ReloadOutcome.REFUSED
     assert tls.current.generation == 1
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_operators_client_follows_its_renewed_certificate_files(tmp_path: Path) -> None:
+    """The CA moves on, for the server and the client's mounted files alike; the listener restarts, so the
+    old connection is gone: a client that kept its first channel would dial with the old CA and fail."""
+    old_ca, new_ca = make_ca(), make_ca("kubegang-ca-2")
+    server_dir, client_dir = tmp_path / "server", tmp_path / "client"
+    for folder in (server_dir, client_dir):
+        folder.mkdir()
+    _publish(server_dir, _server_files(old_ca, make_leaf(old_ca, "kubegang-extender", server_names=NAMES)))
+    old_leaf = make_leaf(old_ca, "kubegang-operator", client=True)
+    _publish(client_dir, {"ca.crt": old_ca.cert_pem, "tls.crt": old_leaf.cert_pem, "tls.key": old_leaf.key_pem})
+    tls = ReloadingServerTLS(server_dir / "tls.crt", server_dir / "tls.key", server_dir / "ca.crt")
+    site = await serve_grpc(FakePlacement(), ExtenderMetrics(), "127.0.0.1:0", reloading_server_credentials(tls))
+    port = site.port
+    client = PlacementClient.from_files(f"127.0.0.1:{port}", client_dir / "ca.crt", client_dir / "tls.crt",
+                                        client_dir / "tls.key", server_name="localhost", reload_seconds=0.05)
+    try:
+        assert await client.release("nobody") == 0
+        _publish(server_dir, _server_files(new_ca, make_leaf(new_ca, "kubegang-extender", server_names=NAMES)))
+        new_leaf = make_leaf(new_ca, "kubegang-operator", client=True)
+        _publish(client_dir, {"ca.crt": new_ca.cert_pem, "tls.crt": new_leaf.cert_pem,
+                              "tls.key": new_leaf.key_pem})
+        assert tls.check() is ReloadOutcome.RELOADED
+        await site.close(0)
+        site = await serve_grpc(FakePlacement(), ExtenderMetrics(), f"127.0.0.1:{port}",
+                                reloading_server_credentials(tls))
+        await asyncio.sleep(0.1)
+        assert await client.release("nobody", deadline_s=5) == 0
+        _write_all(tmp_path, old_ca, old_leaf)
+        stale = PlacementClient.from_files(f"127.0.0.1:{port}", tmp_path / "old-ca.crt", tmp_path / "old.crt",
+                                           tmp_path / "old.key", server_name="localhost")
+        async with stale:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stale.release("nobody", deadline_s=2)
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE, "the old CA's client must now be refused"
+    finally:
+        await client.close()
+        await site.close(0)
+
+
+def _write_all(folder: Path, ca: KeyPair, leaf: KeyPair) -> None:
+    (folder / "old-ca.crt").write_bytes(ca.cert_pem)
+    (folder / "old.crt").write_bytes(leaf.cert_pem)
+    (folder / "old.key").write_bytes(leaf.key_pem)

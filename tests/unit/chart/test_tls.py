@@ -101,3 +101,54 @@ def test_a_client_without_the_charts_certificate_is_refused(render: Render, tmp_
                 pass
         thread.join(10)
     assert errors, "the server accepted a client certificate from another CA"
+
+
+def _mounted_tls(objects: Any) -> dict[str, set[str]]:
+    """Secret name → the workloads that mount it."""
+    out: dict[str, set[str]] = {}
+    for workload in objects.workloads():
+        for volume in workload["spec"]["template"]["spec"].get("volumes", []):
+            if "secret" in volume and volume["secret"]["secretName"].endswith("-tls"):
+                out.setdefault(volume["secret"]["secretName"], set()).add(workload["metadata"]["name"])
+    return out
+
+
+def test_certificate_mounts_are_whole_secret_volumes_so_renewals_reach_the_running_pods(render: Render) -> None:
+    """kubelet rewrites a mounted Secret in place, except under subPath; the processes reload what it writes."""
+    for objects in (render(), render("tls.certManager.enabled=true")):
+        for workload in objects.workloads():
+            spec = workload["spec"]["template"]["spec"]
+            tls_volumes = {v["name"] for v in spec.get("volumes", [])
+                           if "secret" in v and v["secret"]["secretName"].endswith("-tls")}
+            for container in spec["containers"]:
+                for mount in container.get("volumeMounts", []):
+                    if mount["name"] in tls_volumes:
+                        assert "subPath" not in mount, f"{workload['metadata']['name']}: subPath mounts never update"
+        assert set(_mounted_tls(objects)) == {"kg-kubegang-extender-tls", "kg-kubegang-client-tls"}
+
+
+def test_helm_template_makes_a_new_ca_on_every_render_unless_told_not_to_generate(render: Render) -> None:
+    """Why GitOps installs set tls.generate=false: `lookup` sees no cluster under `helm template`."""
+    first, second = render(), render()
+    ca = [r.one("Secret", "-extender-tls")["data"]["ca.crt"] for r in (first, second)]
+    assert ca[0] != ca[1]
+    gitops = render("tls.generate=false")
+    assert gitops == render("tls.generate=false"), "a GitOps render must be the same every time"
+    assert not [s for s in gitops.kind("Secret") if s["metadata"]["name"].endswith("-tls")]
+    assert not gitops.kind("Certificate")
+    assert _mounted_tls(gitops) == _mounted_tls(first), "the workloads mount the Secrets created once by hand"
+
+
+def test_the_secrets_for_a_gitops_install_come_from_the_charts_own_template(run_helm: Any, chart_dir: Path,
+                                                                           tmp_path: Path) -> None:
+    """docs/install.md: render templates/tls.yaml once with the release's name and namespace and apply it."""
+    import yaml
+
+    out = run_helm("template", "kubegang", str(chart_dir), "--namespace", "kubegang-system",
+                   "--show-only", "templates/tls.yaml").stdout
+    secrets = [d for d in yaml.safe_load_all(out) if d]
+    assert {s["metadata"]["name"] for s in secrets} == {"kubegang-extender-tls", "kubegang-client-tls"}
+    server = _secret_files(next(s for s in secrets if s["metadata"]["name"] == "kubegang-extender-tls"),
+                           tmp_path / "server")
+    names = _cert(server["tls.crt"]).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "kubegang-extender.kubegang-system.svc" in names.get_values_for_type(x509.DNSName)

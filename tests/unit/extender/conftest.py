@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ from kubegang.extender._authority import FilterVerdict
 from kubegang.extender._http import RunningSite, build_extender_app, build_health_app, serve
 from kubegang.extender._metrics import ExtenderMetrics
 from kubegang.extender._pods import PodDemand
-from kubegang.tls import PemPaths, server_ssl_context, write_pki
+from kubegang.tls import KeyPair, PemPaths, make_leaf, server_ssl_context, write_pki
 
 
 class FakeAuthority:
@@ -59,6 +61,28 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> PemPaths:
 def other_pki(tmp_path_factory: pytest.TempPathFactory) -> PemPaths:
     """A second, unrelated CA: its client certificate must be refused."""
     return write_pki(tmp_path_factory.mktemp("other-pki"))
+
+
+def _dated_client(pki: PemPaths, folder: Path, not_before: dt.datetime, validity: dt.timedelta) -> tuple[Path, Path]:
+    ca = KeyPair(cert_pem=pki.ca_cert.read_bytes(), key_pem=pki.ca_key.read_bytes())
+    leaf = make_leaf(ca, "kube-scheduler", client=True, not_before=not_before, validity=validity)
+    (folder / "client.crt").write_bytes(leaf.cert_pem)
+    (folder / "client.key").write_bytes(leaf.key_pem)
+    return folder / "client.crt", folder / "client.key"
+
+
+@pytest.fixture(scope="session")
+def expired_client(pki: PemPaths, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A client certificate from the right CA that expired yesterday: (cert, key) files."""
+    return _dated_client(pki, tmp_path_factory.mktemp("expired"),
+                         dt.datetime.now(dt.UTC) - dt.timedelta(days=2), dt.timedelta(days=1))
+
+
+@pytest.fixture(scope="session")
+def unexpired_twin(pki: PemPaths, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Made exactly as :func:`expired_client` but valid until tomorrow: what tells expiry is the cause."""
+    return _dated_client(pki, tmp_path_factory.mktemp("unexpired"),
+                         dt.datetime.now(dt.UTC) - dt.timedelta(days=1), dt.timedelta(days=2))
 
 
 @pytest.fixture

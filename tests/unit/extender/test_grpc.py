@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -303,3 +304,12 @@ def test_grpc_client_certificate_from_unknown_ca_is_refused(
 ) -> None:
     creds = channel_credentials(pki.ca_cert, other_pki.client_cert, other_pki.client_key)
     assert _plan_with(threaded_grpc, creds) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_grpc_expired_client_certificate_is_refused(
+    threaded_grpc: GrpcSite, pki: PemPaths, expired_client: tuple[Path, Path], unexpired_twin: tuple[Path, Path]
+) -> None:
+    assert _plan_with(threaded_grpc, channel_credentials(pki.ca_cert, *expired_client)) \
+        == grpc.StatusCode.UNAVAILABLE
+    assert _plan_with(threaded_grpc, channel_credentials(pki.ca_cert, *unexpired_twin)) == grpc.StatusCode.OK, \
+        "the same certificate, not yet expired, is accepted: the expiry is what is refused"

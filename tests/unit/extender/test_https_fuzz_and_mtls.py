@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import ssl
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -97,3 +98,13 @@ def test_client_certificate_from_unknown_ca_is_refused(
 ) -> None:
     with pytest.raises(httpx.HTTPError):
         _get(threaded_https[0], client_ssl_context(pki.ca_cert, other_pki.client_cert, other_pki.client_key))
+
+
+def test_expired_client_certificate_is_refused(
+    threaded_https: tuple[RunningSite, Any], pki: PemPaths, expired_client: tuple[Path, Path],
+    unexpired_twin: tuple[Path, Path],
+) -> None:
+    with pytest.raises(httpx.HTTPError):
+        _get(threaded_https[0], client_ssl_context(pki.ca_cert, *expired_client))
+    assert _get(threaded_https[0], client_ssl_context(pki.ca_cert, *unexpired_twin)).status_code == 200, \
+        "the same certificate, not yet expired, is accepted: the expiry is what is refused"

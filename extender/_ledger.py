@@ -24,6 +24,7 @@ from __future__ import annotations
 from kubegang.extender._holds import HeldPod, Reservation, held_pod
 from kubegang.extender._reservations import PlacementVerbs
 from kubegang.extender._scheduler_verbs import SchedulerVerbs
+from kubegang.placement import Snapshot
 
 __all__ = ["HeldPod", "Ledger", "Reservation", "held_pod"]
 
@@ -32,3 +33,8 @@ class Ledger(SchedulerVerbs, PlacementVerbs):
     """Implements both :class:`SchedulerAuthority` (``_scheduler_verbs``) and :class:`PlacementAuthority`
     (``_reservations``) over one state (``_ledger_state``): three modules, one object, because
     "filter, then reserve" must see the same snapshot."""
+
+    def placement_snapshot(self) -> Snapshot:
+        """The core snapshot the verbs decide on, current (read it, never change it): ``kubectl gang
+        nodes`` measures the largest placeable gang per level on the very state the extender places on."""
+        return self._current()

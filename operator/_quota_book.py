@@ -34,6 +34,7 @@ from kubegang.quota import (
     PendingJob,
     PendingQueues,
     PreemptionPolicy,
+    QueuePosition,
     QueueSpec,
     QuotaSpecError,
     QuotaTree,
@@ -42,6 +43,7 @@ from kubegang.quota import (
     WithinQueue,
     candidates_for,
     fits_after_eviction,
+    queue_positions,
     quota_victims,
 )
 
@@ -264,6 +266,10 @@ class QuotaBook:
         self.tree.release(job_uid)
         self._held.pop(job_uid, None)
         self._assigned.pop(job_uid, None)
+
+    def positions(self, pending: Sequence[JobView]) -> dict[str, QueuePosition]:
+        """Where each waiting job stands (``kubegang.quota.queue_positions``: the cycle's own order)."""
+        return queue_positions(self.tree, [self._pending_job(job) for job in pending])
 
     def _pending_job(self, job: JobView) -> PendingJob:
         return PendingJob(job.uid, job.queue, self.usage_of(job), self.priority(job), job.created.timestamp())

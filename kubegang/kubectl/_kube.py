@@ -1,0 +1,134 @@
+"""Reading the cluster as the user: lightkube with their kubeconfig, and their RBAC.
+
+Lists what the engine needs (GPUJobs, GPUQueues, pods, Nodes, GPUNodes, PriorityClasses). A list the
+user may not make cluster-wide falls back to their namespace (jobs, pods) or to nothing (nodes), and
+is recorded in ``ClusterObjects.hidden``: answers then say what they could not see, and other teams'
+jobs are shown as counts, never by name. Nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+from lightkube import ApiError, Client
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.scheduling_v1 import PriorityClass
+
+from kubegang.kubectl._objects import ClusterObjects
+
+GPUJob = create_namespaced_resource("kubegang.io", "v1alpha1", "GPUJob", "gpujobs")
+GPUQueue = create_global_resource("kubegang.io", "v1alpha1", "GPUQueue", "gpuqueues")
+GPUNode = create_global_resource("kubegang.io", "v1alpha1", "GPUNode", "gpunodes")
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be read at all (no kubeconfig, unreachable, a job that does not exist)."""
+
+
+def client(kubeconfig: str | None = None, context: str | None = None) -> tuple[Client, str]:
+    """A client for the user's kubeconfig (``$KUBECONFIG`` or ~/.kube/config), and its default namespace."""
+    try:
+        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+        single = config.get(context_name=context)
+        if single is None:
+            raise ValueError(f"no context {context or '(current)'}")
+    except Exception as exc:
+        where = kubeconfig or "$KUBECONFIG or ~/.kube/config"
+        raise ClusterError(f"cannot load a kubeconfig ({where}): {exc}") from None
+    return Client(config=single), single.namespace or "default"
+
+
+def _dump(obj: Any) -> dict[str, Any]:
+    data = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
+    return dict(data)
+
+
+def _forbidden(exc: ApiError) -> bool:
+    return exc.status.code in (401, 403)
+
+
+def _list(kube: Client, kind: Any, namespace: str | None = None) -> list[dict[str, Any]]:
+    if namespace is None:
+        return [_dump(o) for o in kube.list(kind)]
+    return [_dump(o) for o in kube.list(kind, namespace=namespace)]
+
+
+def read_cluster(kube: Client, namespace: str, *, source: str = "") -> ClusterObjects:
+    """Everything the engine needs that the user may read; ``namespace`` is where to fall back to."""
+    try:
+        return _read_cluster(kube, namespace, source)
+    except httpx2.HTTPError as exc:
+        raise ClusterError(f"cannot reach the API server: {exc}") from None
+
+
+def _read_cluster(kube: Client, namespace: str, source: str) -> ClusterObjects:
+    out = ClusterObjects(source=source)
+    try:
+        out.queues = _list(kube, GPUQueue)
+    except ApiError as exc:
+        if not _forbidden(exc):
+            raise ClusterError(f"listing GPUQueues failed: {exc.status.message}") from None
+        out.hidden["gpuqueues"] = exc.status.message or "forbidden"
+    scoped: tuple[tuple[str, Any, str], ...] = (("jobs", GPUJob, "gpujobs"), ("pods", Pod, "pods"))
+    for attr, kind, label in scoped:
+        try:
+            setattr(out, attr, _list(kube, kind, "*"))
+        except ApiError as exc:
+            if not _forbidden(exc):
+                raise ClusterError(f"listing {label} failed: {exc.status.message}") from None
+            out.hidden[label] = f"only namespace {namespace}: {exc.status.message or 'forbidden'}"
+            try:
+                setattr(out, attr, _list(kube, kind, namespace))
+            except ApiError as inner:
+                if not _forbidden(inner):
+                    raise ClusterError(f"listing {label} failed: {inner.status.message}") from None
+                out.hidden[label] = inner.status.message or "forbidden"
+    cluster_wide: tuple[tuple[str, Any, str], ...] = (
+        ("nodes", Node, "nodes"), ("gpunodes", GPUNode, "gpunodes"),
+        ("priority_classes", PriorityClass, "priorityclasses"))
+    for attr, kind, label in cluster_wide:
+        try:
+            setattr(out, attr, _list(kube, kind))
+        except ApiError as exc:
+            if not _forbidden(exc):
+                raise ClusterError(f"listing {label} failed: {exc.status.message}") from None
+            out.hidden[label] = exc.status.message or "forbidden"
+    return out
+
+
+def read_job(kube: Client, namespace: str, name: str) -> dict[str, Any]:
+    """One GPUJob (the user may be allowed to get it even where listing is refused)."""
+    try:
+        return _dump(kube.get(GPUJob, name, namespace=namespace))
+    except ApiError as exc:  # before HTTPError: an ApiError is one
+        if exc.status.code == 404:
+            raise ClusterError(f"GPUJob {namespace}/{name} not found") from None
+        raise ClusterError(f"reading GPUJob {namespace}/{name} failed: {exc.status.message}") from None
+    except httpx2.HTTPError as exc:
+        raise ClusterError(f"cannot reach the API server: {exc}") from None
+
+
+def fetch_extender_snapshot(url: str, tls_dir: Path, timeout: float = 10.0) -> dict[str, Any]:
+    """The extender's ``/debug/snapshot`` over its mTLS listener (``ca.crt``, ``client.crt``/``.key``
+    in ``tls_dir``, as the chart's and the demo's PKI lay them out)."""
+    files = {name: tls_dir / name for name in ("ca.crt", "client.crt", "client.key")}
+    missing = [str(p) for p in files.values() if not p.is_file()]
+    if missing:
+        raise ClusterError(f"--tls-dir {tls_dir}: missing {', '.join(missing)}")
+    context = ssl.create_default_context(cafile=str(files["ca.crt"]))
+    context.load_cert_chain(str(files["client.crt"]), str(files["client.key"]))
+    try:
+        response = httpx.get(url.rstrip("/") + "/debug/snapshot", verify=context, timeout=timeout)
+        response.raise_for_status()
+        data = response.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        raise ClusterError(f"--extender {url}: cannot fetch /debug/snapshot: {exc}") from None
+    if not isinstance(data, dict):
+        raise ClusterError(f"--extender {url}: /debug/snapshot did not answer a JSON object")
+    return data

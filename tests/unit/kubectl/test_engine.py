@@ -1,0 +1,128 @@
+"""``kubectl gang`` answers with the engine: the numbers it shows are the quota tree's, the ledger's and
+the admission cycle's, for the scenarios users ask about (quota-blocked, placement-blocked, preemption,
+what-if), and other teams' jobs are counted, not named, when RBAC hides them."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from kubegang.kubectl import Engine, nodes_report, queues_report, what_if_report, why_report
+
+from .conftest import H200, cluster, job, queue
+
+NOW = dt.datetime(2026, 12, 1, 10, 30, tzinfo=dt.UTC)
+
+
+def _why(objects: object, name: str, namespace: str = "a") -> dict:
+    engine = Engine(objects)  # type: ignore[arg-type]
+    view = engine.find(namespace, name)
+    assert view is not None
+    return why_report(engine, view, NOW)
+
+
+def test_quota_blocked_job_shows_the_tree_s_refusal_its_position_and_the_job_ahead() -> None:
+    running = job("run", "a", "team-a", 2, phase="Running", reason="Running", on=["n0", "n1"])
+    running["spec"]["template"]["spec"]["activeDeadlineSeconds"] = 3600
+    first = job("first", "a", "team-a", 3, created="2026-12-01T10:01:00Z")
+    second = job("second", "a", "team-a", 1, created="2026-12-01T10:02:00Z")
+    report = _why(cluster(running, first, second), "second")
+    engine = Engine(cluster(running, first, second))
+    # Position: behind `first` in its leaf (FIFO at equal priority), its leaf's head first in the cohort.
+    assert report["position"] == {"inQueue": 2, "cohort": 1, "cohortRoot": "org", "waitingInQueue": 2}
+    assert [a["job"] for a in report["ahead"]] == ["a/first"]
+    assert report["ahead"][0]["gpus"] == 24
+    # `first` (24 GPUs) cannot fit: team-a has 16 + 16 borrowable, 16 in use. The tree's own words.
+    first_view = engine.find("a", "first")
+    assert first_view is not None
+    first_report = why_report(engine, first_view, NOW)
+    quota = first_report["quota"]["flavors"][0]
+    assert quota["fits"] is False
+    assert quota["shortfalls"] == [{"flavor": H200, "needs": 24.0, "available": 16.0}]
+    expected = engine.book.tree.can_admit("team-a", engine.book.usage_of(engine.book.flavor_options(first_view)[0]))
+    assert quota["reason"] == expected.reason
+    assert "needs 24 NVIDIA-H200 but can get 16 now" in quota["reason"]
+    # The dry-run cycle: first stays queued on quota, second (8 GPUs) is admitted past it (backfill).
+    assert first_report["nextCycle"]["result"] == "Queued"
+    assert first_report["nextCycle"]["reason"] == "QuotaExhausted"
+    assert report["nextCycle"]["result"] == "Admitted"
+    # When could `first` start: once `run` (activeDeadlineSeconds 3600 from 10:00) ends.
+    assert first_report["estimate"]["known"] is True
+    assert first_report["estimate"]["waitsFor"] == ["a/run"]
+    assert first_report["estimate"]["at"].startswith("2026-12-01T11:00:00")
+
+
+def test_placement_blocked_job_names_the_best_domain_and_what_it_lacks() -> None:
+    qs = [queue("big", 64)]
+    running = job("run", "a", "big", 3, phase="Running", reason="Running", on=["n0", "n1", "n2"])
+    wide = job("wide", "a", "big", 2)
+    report = _why(cluster(running, wide, queues=qs), "wide")
+    assert report["quota"]["fits"] is True
+    now = report["placementNow"]
+    assert now["fits"] is False and now["bestPods"] == 1 and now["pods"] == 2
+    assert report["nextCycle"]["reason"] == "InsufficientGPUs"
+    assert report["estimate"] == {"known": False,
+                                  "why": "no running gang states its run time (activeDeadlineSeconds)"}
+
+
+def test_preemption_pending_names_the_victims_the_cycle_would_evict() -> None:
+    qs = [queue("org", 0), queue("team-a", 16, "org"),
+          queue("team-b", 16, "org", preemption={"reclaimFromBorrowers": "Any"})]
+    borrower = job("borrower", "a", "team-a", 4, phase="Running", reason="Running", on=["n0", "n1", "n2", "n3"])
+    lender = job("lender", "b", "team-b", 2)
+    report = _why(cluster(borrower, lender, queues=qs), "lender", "b")
+    assert report["nextCycle"]["result"] == "Preempting"
+    assert report["nextCycle"]["preempts"] == ["a/borrower"]
+
+
+def test_what_if_answers_for_a_manifest_without_creating_anything() -> None:
+    objects = cluster(job("run", "a", "team-a", 2, phase="Running", reason="Running", on=["n0", "n1"]))
+    engine = Engine(objects)
+    manifest = job("try", "a", "team-a", 1)
+    del manifest["status"], manifest["metadata"]["uid"]
+    report = what_if_report(engine, manifest, "a", NOW)
+    assert report["whatIf"] is True
+    assert report["nextCycle"]["result"] == "Admitted"
+    assert set(report["nextCycle"]["nodes"]) <= {"n2", "n3"}
+    assert len(objects.jobs) == 1  # nothing added to what was read
+
+
+def test_a_user_who_cannot_list_other_namespaces_sees_counts_and_the_same_quota_numbers() -> None:
+    # What the admin sees ...
+    other = job("secret-run", "b", "team-b", 2, phase="Running", reason="Running", on=["n0", "n1"])
+    mine = job("mine", "a", "team-a", 4)
+    theirs = job("secret-wait", "b", "team-b", 1, created="2026-12-01T09:00:00Z")
+    admin = Engine(cluster(other, mine, theirs))
+    admin_quota = why_report(admin, admin.find("a", "mine"), NOW)["quota"]  # type: ignore[arg-type]
+    # ... and what a user of namespace a sees: their own job, queue statuses as the operator wrote them.
+    qs = [queue("org", 0), queue("team-a", 16, "org"), queue("team-b", 16, "org")]
+    qs[2]["status"] = {"usage": [{"flavor": H200, "gpus": 16}], "pending": 1, "admitted": 1}
+    qs[0]["status"] = {"usage": [{"flavor": H200, "gpus": 16}], "pending": 1, "admitted": 1}
+    restricted = cluster(mine, queues=qs)
+    restricted.hidden = {"gpujobs": "only namespace a: forbidden", "pods": "only namespace a: forbidden"}
+    engine = Engine(restricted)
+    report = why_report(engine, engine.find("a", "mine"), NOW)  # type: ignore[arg-type]
+    assert report["quota"] == admin_quota
+    assert report["aheadNotVisible"] == 1
+    assert all("secret" not in a["job"] for a in report["ahead"])
+    assert "secret" not in str(queues_report(engine))
+
+
+def test_queues_report_shows_the_tree_s_numbers_per_flavour() -> None:
+    qs = [queue("org", 0), queue("team-a", 16, "org"), queue("team-b", 16, "org", )]
+    qs[2]["spec"]["resources"][0]["lendingLimit"] = 8
+    borrower = job("big", "a", "team-a", 3, phase="Running", reason="Running", on=["n0", "n1", "n2"])
+    report = queues_report(Engine(cluster(borrower, queues=qs)))
+    rows = {q["name"]: q for q in report["queues"]}
+    a, b = rows["team-a"]["flavors"][0], rows["team-b"]["flavors"][0]
+    assert (a["nominal"], a["usage"], a["borrowed"], a["lent"]) == (16, 24, 8, 0)
+    assert (b["nominal"], b["lendingLimit"], b["usage"], b["lent"], b["available"]) == (16, 8, 0, 8, 8)
+    assert rows["team-a"]["fairShare"] > 0 == rows["team-b"]["fairShare"]
+    assert [q["depth"] for q in report["queues"]] == [0, 1, 1]
+
+
+def test_nodes_report_counts_free_gpus_per_domain_and_the_largest_gang() -> None:
+    running = job("run", "a", "team-a", 1, phase="Running", reason="Running", on=["n0"])
+    report = nodes_report(Engine(cluster(running)))
+    leaf = report["levels"]["leaf"]
+    assert leaf == [{"domain": "h200-leaves", "nodes": 4, "gpus": 32, "free": 24, "unhealthy": 0}]
+    assert report["largestGang"]["leaf"] == 24 and report["largestGang"]["node"] == 8

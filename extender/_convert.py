@@ -120,10 +120,13 @@ def placement_from_proto(msg: pb.GangPlacement, gang_id: str, pods: int | None =
             raise InvalidMessage(f"placement.pods[{a.pod}].node: required")
         if not 0 < a.gpu_milli <= MILLI:
             raise InvalidMessage(f"placement.pods[{a.pod}].gpu_milli: must be 1..1000, got {a.gpu_milli}")
-    if pods is not None and [a.pod for a in assignments] != list(range(pods)):
+    # Length first: ``pods`` comes off the wire (up to 2**32-1), and a list of that many indices is
+    # a MemoryError, not a refusal (found by tests/unit/extender/test_fuzz_ledger.py).
+    if pods is not None and (len(assignments) != pods or any(a.pod != i for i, a in enumerate(assignments))):
+        shown = [a.pod for a in assignments[:10]]
         raise InvalidMessage(
             f"placement.pods: expected one entry for each pod index 0..{pods - 1}, "
-            f"got indices {[a.pod for a in assignments]}"
+            f"got {len(assignments)} with indices {shown}{' ...' if len(assignments) > 10 else ''}"
         )
     return Placement(
         gang_id=gang_id, assignments=assignments,

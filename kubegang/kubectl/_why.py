@@ -68,8 +68,10 @@ def _quota(engine: Engine, job: JobView) -> dict[str, Any]:
 
 
 def _placement_now(engine: Engine, job: JobView) -> dict[str, Any]:
-    """Where the extender's engine would put the gang now if quota and the queue let it."""
-    result = engine.ledger.plan(gang_request(job, job.excluded_nodes, job.previous_domain))
+    """Where the extender's engine would put the gang now if quota and the queue let it (its first
+    flavour, as the cycle plans it: a flavour that is a GPU product places on that product)."""
+    option = engine.book.flavor_options(job)[0]
+    result = engine.ledger.plan(gang_request(option, option.excluded_nodes, option.previous_domain))
     if isinstance(result, Placement):
         return {"fits": True, "level": result.level.label, "domain": result.domain, "nodes": list(result.nodes)}
     assert isinstance(result, Unplaceable)
@@ -98,13 +100,35 @@ def _next_cycle(engine: Engine, job: JobView) -> dict[str, Any]:
     return out
 
 
-def _expected_end(job: JobView) -> dt.datetime | None:
-    """When a running gang ends at the latest: ``startedAt`` + the template's ``activeDeadlineSeconds``."""
+FAKE_RUNTIME_ANNOTATION = "kubegang.io/fake-runtime"
+"""The demo's and the tests' fake pods run this long (hack/kwok/kubegang-stages.yaml): a known run time."""
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def _seconds(text: str) -> int | None:
+    """``"90s"``, ``"15m"``, ``"2h"`` (Go durations of one unit, as the stages' annotation takes them)."""
+    number, unit = text[:-1], text[-1:]
+    return int(number) * _UNITS[unit] if unit in _UNITS and number.isdigit() else None
+
+
+def _run_time(job: JobView) -> tuple[int, str] | None:
+    """The gang's run time where it is known, and from what: the template's fake-runtime annotation, else
+    its ``activeDeadlineSeconds`` (an upper bound)."""
+    annotations = (job.template.get("metadata") or {}).get("annotations") or {}
+    fake = _seconds(str(annotations.get(FAKE_RUNTIME_ANNOTATION, "")))
+    if fake is not None:
+        return fake, FAKE_RUNTIME_ANNOTATION
     deadline = (job.template.get("spec") or {}).get("activeDeadlineSeconds")
+    return (deadline, "activeDeadlineSeconds") if isinstance(deadline, int) else None
+
+
+def _expected_end(job: JobView) -> dt.datetime | None:
+    """When a running gang ends: ``startedAt`` (else ``admittedAt``) + its run time."""
+    run_time = _run_time(job)
     started = job.status.get("startedAt") or job.status.get("admittedAt")
-    if not isinstance(deadline, int) or not started:
+    if run_time is None or not started:
         return None
-    return parse_rfc3339(str(started)) + dt.timedelta(seconds=deadline)
+    return parse_rfc3339(str(started)) + dt.timedelta(seconds=run_time[0])
 
 
 def _estimate(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]:
@@ -114,7 +138,8 @@ def _estimate(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]:
     ends = {r.uid: _expected_end(r) for r in running}
     known = sorted((r for r in running if ends[r.uid] is not None), key=lambda r: ends[r.uid] or now)
     if not known:
-        return {"known": False, "why": "no running gang states its run time (activeDeadlineSeconds)"}
+        return {"known": False, "why": "no running gang states its run time (kubegang.io/fake-runtime or "
+                "activeDeadlineSeconds)"}
     option = engine.book.flavor_options(job)[0]
     for_quota = engine.book.quota_victims(option, [r.uid for r in known])
     if for_quota is None:
@@ -128,7 +153,9 @@ def _estimate(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]:
     return {"known": True, "at": latest.isoformat(), "in": age(now, latest) if latest > now else "0s",
             "waitsFor": [engine.visible(uid).key if engine.visible(uid) else "(a job you cannot see)"  # type: ignore[union-attr]
                          for uid in waits],
-            "basis": "activeDeadlineSeconds of the running gangs (an upper bound; jobs arriving meanwhile not counted)"}
+            "basis": "run times of the running gangs (" + ", ".join(sorted({rt[1] for uid in waits
+                      if (j := engine.visible(uid)) is not None and (rt := _run_time(j)) is not None}))
+                     + "); an estimate: jobs arriving meanwhile are not counted"}
 
 
 def why_report(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kubegang.backoff import Backoff
 from kubegang.shapes import REPLAY_DUMP_ANNOTATION, REPLAY_FABRIC_ANNOTATION
 
 from ._backend import Backend
@@ -124,11 +125,15 @@ class Agent:
 
     async def _watch_deletions(self) -> None:
         """Forever: a deleted GPUNode of a served node is written again at its next poll."""
-        failures, last_error = 0, ""
+        # Jittered (kubegang.backoff): every agent of the DaemonSet loses the watch when the API server
+        # restarts, and they must not all come back in the same second.
+        backoff = Backoff(initial_seconds=self.watch_retry_s,
+                          max_seconds=max(self.watch_retry_s, self.settings.resync_interval_s))
+        last_error = ""
         while True:
             try:
                 async for name in self._sink.deleted_gpunodes(self.settings.node_name):
-                    failures = 0
+                    backoff.reset()
                     served = self._served.get(name)
                     if served is not None:
                         log.info("GPUNode %s was deleted; it is recreated at the next poll", name)
@@ -138,12 +143,10 @@ class Agent:
             except Exception as exc:
                 # Without the watch (no list/watch RBAC, API down) deletions are repaired by resync;
                 # say so once per kind of failure, and back off up to the resync interval.
-                failures += 1
                 if str(exc) != last_error:
                     last_error = str(exc)
                     log.warning("watching GPUNode deletions failed (resync repairs them): %s", exc)
-            delay = self.watch_retry_s * 2 ** min(failures, 16)
-            await asyncio.sleep(min(delay, max(self.watch_retry_s, self.settings.resync_interval_s)))
+            await backoff.sleep()
 
     async def run(self) -> None:
         """Serve until cancelled."""

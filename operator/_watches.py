@@ -22,11 +22,15 @@ from lightkube.generic_resource import GenericGlobalResource
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.scheduling_v1 import PriorityClass
 
+from kubegang.backoff import Backoff, RetrySchedule
 from kubegang.operator._cache import ClusterCache
 from kubegang.operator._kube import GPUJobResource, GPUQueueResource
 from kubegang.podcontract import JOB_UID_LABEL
 
 log = logging.getLogger("kubegang.operator.watches")
+
+KOPF_RETRIES = RetrySchedule(Backoff(initial_seconds=1.0, max_seconds=21.0), attempts=8)
+"""Kopf's API retries: as many as its default (8), up to the same longest delay (21 s), jittered."""
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 """The node label (GPU feature discovery's) naming the GPU model; flavours that match it are products."""
@@ -43,6 +47,10 @@ def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_s
         settings.networking.connect_timeout = api_timeout_seconds
         settings.watching.server_timeout = 300
         settings.watching.client_timeout = 330
+        # Kopf walks this iterable afresh for each failing API request, its watch requests included:
+        # jittered delays (kubegang.backoff) in place of its fixed 1, 1, 2, 3, 5, ... so that the
+        # replicas do not all come back in the same second after an API server restart.
+        settings.networking.error_backoffs = KOPF_RETRIES
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> Any:

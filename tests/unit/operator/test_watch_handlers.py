@@ -32,3 +32,20 @@ async def test_a_queue_event_updates_the_cache_and_wakes_the_leader_loop() -> No
     assert "team-a" in cache.queues and cache.wake.is_set()
     await fn(type="DELETED", body=body, name="team-a")
     assert "team-a" not in cache.queues
+
+
+def test_kopf_retries_its_api_requests_with_jittered_backoff() -> None:
+    """Kopf's watch requests retry through settings.networking.error_backoffs: ours, jittered."""
+    import kopf
+
+    from kubegang.backoff import RetrySchedule
+
+    registry = build_registry(ClusterCache(), kubeconfig=None, api_timeout_seconds=5)
+    configure = next(h.fn for h in registry._activities.get_all_handlers() if h.id.endswith("configure"))
+    settings = kopf.OperatorSettings()
+    configure(settings=settings)
+    schedule = settings.networking.error_backoffs
+    assert isinstance(schedule, RetrySchedule)
+    walks = [list(schedule) for _ in range(3)]
+    assert all(len(w) == 8 and max(w) <= 21.0 and w[0] <= 1.0 for w in walks)
+    assert walks[0] != walks[1] != walks[2], "every failing request draws its own delays"

@@ -62,6 +62,7 @@ from kubegang.admission._types import (
     WaitReason,
     WhatIf,
     WhatIfAnswer,
+    Workload,
 )
 from kubegang.quota import Backfill, BackfillPolicy
 
@@ -141,6 +142,8 @@ class AdmissionCycle(Generic[J, P]):
         entries: list[Entry[J, P]] = []
         tried: set[str] = set()
         held_queues: set[str] = set()
+        last_tried: dict[str, Entry[J, P]] = {}
+        """Queue -> the outcome of the last of its jobs tried: what the ones not reached wait behind."""
         for _ in range(self.settings.max_rounds):
             # (2) Order.
             ordered, failed = self._order(candidates, now)
@@ -153,6 +156,7 @@ class AdmissionCycle(Generic[J, P]):
                 entry = yield from self._attempt(job, holds_pods, now)
                 entries.append(entry)
                 tried.add(job.uid)
+                last_tried[job.queue] = entry
                 if entry.reason is WaitReason.PREEMPTING or (
                         entry.result is AdmitResult.QUEUED and not self.backfill.steps_aside):
                     held_queues.add(job.queue)
@@ -161,7 +165,7 @@ class AdmissionCycle(Generic[J, P]):
             candidates = [job for job in candidates if job.uid not in tried]
         # (7) Outcome of the jobs not reached.
         entries += [Entry(job, AdmitResult.QUEUED, WaitReason.WAITING_IN_QUEUE,
-                          f"waiting in queue {job.queue} behind jobs admitted first") for job in candidates]
+                          _behind(job, last_tried.get(job.queue))) for job in candidates]
         return entries
 
     def _order(self, candidates: list[J], now: float) -> tuple[list[J], list[Entry[J, P]]]:
@@ -341,6 +345,22 @@ class AdmissionCycle(Generic[J, P]):
         self._retry_at[job.uid] = (job.generation, now + delay, failures)
         return Entry(job, AdmitResult.ERROR, WaitReason.ADMISSION_ERROR,
                      f"admission failed ({type(exc).__name__}: {exc}); retrying in {delay:.0f}s")
+
+
+def _namespace(key: str) -> str:
+    return key.split("/", 1)[0] if "/" in key else ""
+
+
+def _behind(job: Workload, blocker: Entry[Any, Any] | None) -> str:
+    """Why a job not reached this cycle waits: the job of its queue the cycle stopped at, named when it is
+    of the same namespace (a leaf may serve several teams; another team's job names are not theirs to
+    read), with that job's own reason."""
+    if blocker is None:
+        return f"waiting in queue {job.queue} behind jobs admitted first"
+    why = (blocker.reason or blocker.result).value
+    if _namespace(blocker.job.key) == _namespace(job.key):
+        return f"waiting in queue {job.queue} behind {blocker.job.key} ({why})"
+    return f"waiting in queue {job.queue} behind a job of another namespace ({why})"
 
 
 def _advance(cycle: Cycle[J, P], reply: Any, error: Exception | None) -> tuple[bool, Any]:

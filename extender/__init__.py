@@ -11,8 +11,10 @@ Public API::
     ExtenderSettings, run_extender         run a whole extender in-process
     render_scheduler_config, SchedulerConfigValues   the one KubeSchedulerConfiguration
     NODE_ANNOTATION, GPUS_ANNOTATION, JOB_UID_LABEL, POD_INDEX_LABEL   the pod contract
+    api_placement, core_placement          status.placement <-> the core's Placement
 """
 
+from kubegang.extender._admitted import api_placement, core_placement
 from kubegang.extender._authority import (
     FilterVerdict,
     PlacementAuthority,
@@ -53,7 +55,9 @@ __all__ = [
     "SchedulerAuthority",
     "SchedulerConfigValues",
     "WhatIfOutcome",
+    "api_placement",
     "channel_credentials",
+    "core_placement",
     "format_gpu_indices",
     "pod_demand",
     "render_scheduler_config",

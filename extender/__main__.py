@@ -36,9 +36,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--health-port", type=int, default=defaults["health_port"], help="health/metrics port")
     p.add_argument("--max-body-bytes", type=int, default=defaults["max_body_bytes"])
     p.add_argument("--reservation-ttl-seconds", type=float, default=defaults["reservation_ttl_seconds"])
-    p.add_argument("--startup-grace-seconds", type=float, default=defaults["startup_grace_seconds"],
-                   help="after start, GPU pods outside gangs wait this long so that gangs being created "
-                        "claim their reserved GPUs first (0: no wait)")
     p.add_argument("--topology-preset", default=defaults["topology_preset"],
                    help="node label preset for fabric levels (default, gke, aws, oci, nvidia)")
     p.add_argument("--log-level", default=defaults["log_level"])

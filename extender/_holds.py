@@ -66,6 +66,9 @@ class Reservation:
     """Unix time after which the indices still held by the reservation are released."""
     held: set[int] = field(default_factory=set)
     """Pod indices still held by the reservation (not yet by a pod)."""
+    durable: bool = False
+    """Backed by the GPUJob's ``status.placement`` (:mod:`._admitted`): held, with no TTL, until the
+    pods exist or the job gives its admission back. False between Reserve and the status write."""
 
 
 def _owner_and_index(demand: PodDemand) -> tuple[str, int]:

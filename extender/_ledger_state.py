@@ -1,21 +1,24 @@
 """The ledger's sources and what is derived from them (the first of its three parts).
 
-Sources: nodes, GPUNode statuses, pods holding GPUs and in-memory reservations, fed by the watches
-(:mod:`._watch`). Derived: the compiled topology and the core :class:`Snapshot`, updated
-incrementally and rebuilt from the sources on a conflict or a topology change (``_rebuild``), where a
-bound pod always holds its GPUs and the plans it collides with are displaced. The verbs that decide
-on this state are :mod:`._scheduler_verbs` (kube-scheduler) and :mod:`._reservations` (the operator).
+Sources: nodes, GPUNode statuses, pods holding GPUs, admitted GPUJobs' recorded placements and
+in-memory reservations, fed by the watches (:mod:`._watch`) and the operator's Reserve. Derived: the
+compiled topology and the core :class:`Snapshot`, updated incrementally and rebuilt from the sources
+on a conflict or a topology change (``_rebuild``), where a bound pod always holds its GPUs and the
+plans it collides with are displaced. The verbs that decide on this state are
+:mod:`._scheduler_verbs` (kube-scheduler) and :mod:`._reservations` (the operator).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kubegang.api.gpunode import GPUNodeStatus
+from kubegang.extender._admitted import AdmittedGang, admitted_gang
 from kubegang.extender._authority import Displacement
 from kubegang.extender._holds import (
     HeldPod,
@@ -31,6 +34,7 @@ from kubegang.placement import (
     MILLI,
     Allocation,
     AllocationError,
+    PodAssignment,
     Snapshot,
     TaskShape,
     WorkloadMix,
@@ -53,18 +57,16 @@ _HARD_EFFECTS = ("NoSchedule", "NoExecute")
 class LedgerState:
     """The ledger's sources, its derived snapshot, and how both are kept current."""
 
-    def __init__(self, labels: TopologyLabels | None = None, clock: Callable[[], float] = time.time,
-                 startup_grace_seconds: float = 0.0) -> None:
+    def __init__(self, labels: TopologyLabels | None = None, clock: Callable[[], float] = time.time) -> None:
         self._labels = labels or TopologyLabels()
         self._clock = clock
-        self._startup_grace = startup_grace_seconds
-        self._grace_until: float | None = None
-        """Until then, GPU pods outside gangs are held back (see :meth:`_held_back`)."""
         self._nodes: dict[str, Mapping[str, Any]] = {}
         self._gpunodes: dict[str, GPUNodeStatus] = {}
         self._infos: dict[str, NodeInfo] = {}
         self._pods: dict[str, HeldPod] = {}
         self._reservations: dict[str, Reservation] = {}
+        self._admissions: dict[str, str] = {}
+        """Job UID -> ``status.admittedAt`` of the admission its GPUJob records (see :meth:`upsert_gpujob`)."""
         self._by_slot: dict[tuple[str, int], str] = {}
         """(owner, index) -> pod uid holding that slot."""
         self._unplaced: dict[str, str] = {}
@@ -159,10 +161,12 @@ class LedgerState:
             self._forget_pod(old)
 
     def replace_all(self, nodes: Sequence[Mapping[str, Any]], gpunodes: Mapping[str, GPUNodeStatus],
-                    pods: Sequence[Mapping[str, Any]]) -> None:
-        """Replace every source at once (initial list, or relist after 410 Gone); reservations stay."""
-        if not self.synced and self._startup_grace > 0:
-            self._grace_until = self._clock() + self._startup_grace
+                    pods: Sequence[Mapping[str, Any]], gpujobs: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Replace every source at once (the initial list); in-memory reservations stay.
+
+        The GPUJobs come last: an admitted job's recorded placement is held for the pods that do not
+        exist yet, so no GPU a gang is being created on is free after a restart, not even briefly.
+        """
         self._nodes = {str(n["metadata"]["name"]): n for n in nodes}
         self._gpunodes = dict(gpunodes)
         self._infos = {}
@@ -177,13 +181,56 @@ class LedgerState:
                 self._pods[held.uid] = held
                 self._by_slot[(held.owner, held.index)] = held.uid
         self._dirty = True
+        for job in gpujobs:
+            self.upsert_gpujob(job)
+
+    def upsert_gpujob(self, obj: Mapping[str, Any]) -> None:
+        """A GPUJob was added or changed: hold or stop holding its recorded placement.
+
+        An in-memory reservation becomes durable (no TTL) once the job's status records the same
+        placement. The first time an admission is seen with no reservation in memory (a restart, a
+        relist, a leader that wrote it while this extender was away), the slots without a pod are
+        held from the record. Later events of the same admission change nothing: a slot a pod gave
+        back (finished, deleted) is not taken again, and a stale event after Release holds only
+        until the event that gives the admission back.
+        """
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            return
+        admitted = admitted_gang(obj)
+        if admitted is None:
+            self.delete_gpujob(uid)
+            return
+        seen = self._admissions.get(uid)
+        self._admissions[uid] = admitted.attempt
+        reservation = self._reservations.get(uid)
+        if reservation is not None:
+            if _same_slots(reservation.placement.assignments, admitted.placement.assignments):
+                reservation.durable, reservation.expires_at = True, math.inf
+            return
+        if seen != admitted.attempt:
+            self._hold_recorded(admitted)
+
+    def delete_gpujob(self, uid: str) -> None:
+        """A GPUJob was deleted or gave its admission back: its durable reservation ends."""
+        if self._admissions.pop(uid, None) is None:
+            return
+        reservation = self._reservations.get(uid)
+        if reservation is not None and reservation.durable:
+            self._drop_reservation(uid)
+
+    def _hold_recorded(self, admitted: AdmittedGang) -> None:
+        job = admitted.gang.id
+        held = {a.pod for a in admitted.placement.assignments if (job, a.pod) not in self._by_slot}
+        if not held:
+            return
+        log.info("job %s: holding the recorded placement of pods %s until they exist", job, sorted(held))
+        self._reservations[job] = Reservation(admitted.gang, admitted.placement, math.inf, held, durable=True)
+        self._dirty = True  # the rebuild places it slot by slot; a bound pod in its way displaces it
 
     def expire(self, now: float | None = None) -> list[str]:
         """Release reservations past their TTL; returns their job UIDs."""
         now = self._clock() if now is None else now
-        if self._grace_until is not None and now >= self._grace_until:
-            self._grace_until = None
-            self._freed_quietly = True  # pods held back during the grace may go now: nudge them
         gone = [job for job, r in self._reservations.items() if r.expires_at <= now]
         for job in gone:
             log.info("reservation of job %s expired with pods %s never created",
@@ -229,13 +276,13 @@ class LedgerState:
         return {
             "time": self._clock(),
             "synced": self.synced,
-            "startupGraceUntil": self._grace_until,
             "nodes": nodes,
             "pods": {uid: {"pod": h.key, "owner": h.owner, "index": h.index, "node": h.node, "gpus": h.gpus,
                            "gpuIndices": list(h.gpu_indices), "bound": h.bound,
                            "cpuMilli": h.cpu_milli, "memoryMiB": h.memory_mib}
                      for uid, h in sorted(self._pods.items())},
-            "reservations": {job: {"expiresAt": r.expires_at, "heldPods": sorted(r.held),
+            "reservations": {job: {"expiresAt": None if r.durable else r.expires_at, "durable": r.durable,
+                                   "heldPods": sorted(r.held),
                                    "placement": [{"pod": a.pod, "node": a.node, "gpus": list(a.gpus)}
                                                  for a in r.placement.assignments]}
                              for job, r in sorted(self._reservations.items())},
@@ -263,24 +310,9 @@ class LedgerState:
 
     @property
     def reservation_count(self) -> int:
-        """Reservations held in memory."""
+        """Reservations held (after any pending rebuild, which may displace or complete some)."""
+        self._current()
         return len(self._reservations)
-
-    def _held_back(self) -> str:
-        """Why GPU pods outside gangs must wait now ("" when they need not).
-
-        Reservations live in memory until their pods exist. After a restart the ledger knows the
-        gang pods already created (their annotations hold the GPUs) but not the reservations whose
-        pods the operator is still creating; for a short grace, a plain pod could take exactly those
-        GPUs and strand the gang. Gang pods are not held back: they only take their planned GPUs.
-        """
-        if self._grace_until is None:
-            return ""
-        left = self._grace_until - self._clock()
-        if left <= 0:
-            return ""
-        return (f"extender restarted: GPU pods outside gangs wait {left:.0f}s more until gangs being "
-                "created have claimed their reserved GPUs")
 
     def _current(self) -> Snapshot:
         if self._dirty:
@@ -369,16 +401,7 @@ class LedgerState:
         for job, reservation in list(self._reservations.items()):
             reservation.held -= {i for (o, i), uid in self._by_slot.items()
                                  if o == job and uid not in self._displaced_pods}
-            wanted = [a for a in reservation.placement.allocations(reservation.gang) if a.pod in reservation.held]
-            try:
-                snap.allocate_all(wanted)
-            except AllocationError as exc:
-                log.error("reservation of job %s lost after a topology change: %s", job, exc)
-                del self._reservations[job]
-                self._freed_quietly = True
-                continue
-            if not reservation.held:
-                del self._reservations[job]
+            self._replay_reservation(snap, job, reservation)
         for held in sorted(guessed, key=lambda h: (h.bound is False, h.uid)):
             self._try_allocate(snap, held)
         for uid in [u for u in self._unplaced if self._pods[u].bound]:
@@ -397,6 +420,35 @@ class LedgerState:
         self._taint_classes = list(classes)
         self._pod_room = [node.max_pods or sys.maxsize for node in self._topology.nodes]
         self._dirty = False
+
+    def _replay_reservation(self, snap: Snapshot, job: str, reservation: Reservation) -> None:
+        """Hold a reservation's slots in a rebuilt snapshot.
+
+        A slot whose GPUs a bound pod holds is displaced by it (told to the operator through
+        ``repair``); any other failure (its node is gone, its GPUs vanished) loses the reservation.
+        """
+        placed: list[int] = []
+        for a in reservation.placement.allocations(reservation.gang):
+            if a.pod not in reservation.held:
+                continue
+            try:
+                snap.allocate(a)
+                placed.append(a.pod)
+                continue
+            except AllocationError as exc:
+                intruder = next((h for h in self._pods.values() if h.bound and h.node == a.node
+                                 and h.owner != job and set(h.gpu_indices) & set(a.gpus)), None)
+                if intruder is None:
+                    log.error("reservation of job %s lost after a topology change: %s", job, exc)
+                    for index in placed:
+                        snap.release(job, index)
+                    del self._reservations[job]
+                    self._freed_quietly = True
+                    return
+            reservation.held.discard(a.pod)
+            self._record_displacement(job, a.pod, intruder, None)
+        if not reservation.held:
+            del self._reservations[job]
 
     def _note_displaced(self, pod: HeldPod) -> None:
         """An unbound gang pod that did not fit because a bound pod on its node holds its GPUs."""
@@ -476,3 +528,9 @@ class LedgerState:
             self._unplaced[held.uid] = str(exc)
             log.warning("pod %s on %s not recorded: %s", held.key, held.node, exc)
 
+
+def _same_slots(ours: Sequence[PodAssignment], recorded: Sequence[PodAssignment]) -> bool:
+    """The same pods on the same nodes and GPUs (scores and domain names aside)."""
+    def key(a: PodAssignment) -> tuple[int, str, tuple[int, ...], int]:
+        return a.pod, a.node, tuple(a.gpus), a.gpu_milli
+    return sorted(map(key, ours)) == sorted(map(key, recorded))

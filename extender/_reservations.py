@@ -57,22 +57,19 @@ class PlacementVerbs(LedgerState):
         now = self._clock()
         existing = self._reservations.get(gang.id)
         if existing is not None:
-            existing.expires_at = now + ttl_seconds
-            return ReserveOutcome(result=existing.placement, expires_at=existing.expires_at)
+            if not existing.durable:
+                existing.expires_at = now + ttl_seconds
+            return ReserveOutcome(result=existing.placement, expires_at=now + ttl_seconds)
         claimed = sorted(i for (owner, i) in self._by_slot if owner == gang.id)
         if claimed:
-            # The gang's pods exist (e.g. the operator re-reserves after an extender restart): their
-            # annotations are the reservation. All of them: idempotent answer; some: refuse.
+            # The gang's pods exist: their annotations hold the GPUs, and the job's recorded placement
+            # holds the slots of the others (``upsert_gpujob``). All of them: idempotent answer.
             if claimed == list(range(gang.pods)):
                 return ReserveOutcome(result=self._held_placement(snap, gang), expires_at=now + ttl_seconds)
-            if placement is not None and self._extends_pods(snap, gang, placement):
-                # Some pods exist, the rest were reserved by an extender that restarted since: the
-                # operator re-reserves the same placement, and the missing slots are held again.
-                return self._reserve_rest(snap, gang, placement, set(claimed), now + ttl_seconds)
             return ReserveOutcome(result=Unplaceable(
                 gang_id=gang.id, level=Level.CLUSTER,
-                reason=f"job {gang.id} already has pods {claimed} of {gang.pods}; reserve with the placement "
-                       "they were created from, or delete the whole gang before reserving it again"))
+                reason=f"job {gang.id} already has pods {claimed} of {gang.pods}; delete the whole gang "
+                       "before reserving it again"))
         if placement is None:
             result = plan(gang, snap)
             if isinstance(result, Unplaceable):
@@ -87,27 +84,6 @@ class PlacementVerbs(LedgerState):
                 level=placement.level))
         self._reservations[gang.id] = Reservation(gang, placement, now + ttl_seconds, held)
         return ReserveOutcome(result=placement, expires_at=now + ttl_seconds)
-
-    def _extends_pods(self, snap: Snapshot, gang: GangRequest, placement: Placement) -> bool:
-        """``placement`` is for this gang and puts every existing pod where it is held."""
-        if placement.gang_id != gang.id or sorted(a.pod for a in placement.assignments) != list(range(gang.pods)):
-            return False
-        planned = {a.pod: a for a in placement.assignments}
-        return all(planned[a.pod].node == a.node and planned[a.pod].gpus == a.gpus
-                   for a in snap.allocations_of(gang.id))
-
-    def _reserve_rest(self, snap: Snapshot, gang: GangRequest, placement: Placement, claimed: set[int],
-                      expires_at: float) -> ReserveOutcome:
-        rest = [a for a in placement.allocations(gang) if a.pod not in claimed]
-        try:
-            snap.allocate_all(rest)
-        except AllocationError as exc:
-            return ReserveOutcome(result=Unplaceable(
-                gang_id=gang.id, level=placement.level,
-                reason=f"pods {sorted(claimed)} of job {gang.id} exist, but the GPUs planned for the others "
-                       f"were taken meanwhile: {exc}; delete the whole gang and requeue it"))
-        self._reservations[gang.id] = Reservation(gang, placement, expires_at, {a.pod for a in rest})
-        return ReserveOutcome(result=placement, expires_at=expires_at)
 
     def _held_placement(self, snap: Snapshot, gang: GangRequest) -> Placement:
         """The placement the gang's existing pods hold."""

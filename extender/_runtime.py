@@ -74,8 +74,7 @@ async def run_extender(settings: ExtenderSettings,
                        client: httpx2.AsyncClient | None = None) -> AsyncIterator[RunningExtender]:
     """Start everything; on exit stop the listeners and the feed."""
     metrics = ExtenderMetrics()
-    ledger = Ledger(labels=TopologyLabels.preset(settings.topology_preset),
-                    startup_grace_seconds=settings.startup_grace_seconds)
+    ledger = Ledger(labels=TopologyLabels.preset(settings.topology_preset))
     client = client if client is not None else api_client(settings.kubeconfig)
     feed = ClusterFeed(client, ledger, metrics)
     tls = ReloadingServerTLS(settings.tls_cert, settings.tls_key, settings.client_ca)

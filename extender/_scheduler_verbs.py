@@ -30,9 +30,6 @@ class SchedulerVerbs(LedgerState):
             return FilterVerdict(passed=list(nodes))
         if pod.pinned_node is not None:
             return self._filter_pinned(snap, pod, nodes)
-        held_back = self._held_back()
-        if held_back:
-            return FilterVerdict(passed=[], unresolvable=dict.fromkeys(nodes, held_back))
         return self._filter_plain(snap, self._pod_gang(pod), nodes)
 
     def prioritize(self, pod: PodDemand, nodes: Sequence[str]) -> list[tuple[str, int]]:
@@ -47,8 +44,6 @@ class SchedulerVerbs(LedgerState):
         """See :class:`SchedulerAuthority`: whole gangs only, and only if the pod then fits."""
         snap = self._current()
         kept: dict[str, list[str]] = {}
-        if pod.pinned_node is None and pod.gpus and self._held_back():
-            return kept
         gang = self._pod_gang(pod) if pod.gpus else None
         for node, uids in candidates.items():
             if pod.pinned_node is not None and node != pod.pinned_node:

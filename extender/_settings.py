@@ -42,9 +42,6 @@ class ExtenderSettings:
     """TTL of a gang reservation when Reserve gives none."""
     housekeeping_seconds: float = 1.0
     """How often reservations are expired and ledger gauges refreshed."""
-    startup_grace_seconds: float = 10.0
-    """After (re)start, how long GPU pods outside gangs wait, so that gang pods the operator is
-    still creating claim their reserved GPUs first (in-memory reservations do not survive a restart)."""
     requeue_batch: int = 50
     """Most waiting GPU pods annotated per housekeeping round after reserved GPUs were freed."""
     topology_preset: str = "default"

@@ -1,4 +1,4 @@
-"""All of the extender's Kubernetes I/O: list + watch Nodes, GPUNodes and pods into the ledger.
+"""All of the extender's Kubernetes I/O: list + watch Nodes, GPUNodes, pods and GPUJobs into the ledger.
 
 Kueue-like: a long-lived cache fed by watches. Each resource is listed (paginated), then watched
 from the list's resourceVersion with bookmarks, so a quiet stream still advances and a reconnect
@@ -11,7 +11,8 @@ HTTP goes through ``httpx2``, the client lightkube builds from a kubeconfig or t
 service account (so authentication is lightkube's, not ours).
 
 Pods are watched cluster-wide and filtered here (the API cannot select on resource requests);
-only pods that hold GPUs are kept by the ledger.
+only pods that hold GPUs are kept by the ledger. GPUJobs are watched for one thing: the placement
+an admitted job's status records, which the ledger holds until the job's pods exist.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def _uid(obj: dict[str, Any]) -> str:
 NODES = Resource("nodes", "/api/v1/nodes", _name)
 GPUNODES = Resource("gpunodes", "/apis/kubegang.io/v1alpha1/gpunodes", _name)
 PODS = Resource("pods", "/api/v1/pods", _uid)
+GPUJOBS = Resource("gpujobs", "/apis/kubegang.io/v1alpha1/gpujobs", _uid)
 
 
 class Gone(Exception):
@@ -138,7 +140,7 @@ class ClusterFeed:
         params: dict[str, str | int] = {"limit": LIST_PAGE_SIZE}
         while True:
             resp = await self.client.get(resource.path, params=params)
-            if resp.status_code == 404 and resource is GPUNODES:
+            if resp.status_code == 404 and resource in (GPUNODES, GPUJOBS):
                 return [], ""  # CRD not installed yet: nodes are placeable from Node objects alone
             resp.raise_for_status()
             body = resp.json()
@@ -149,18 +151,18 @@ class ClusterFeed:
             params = {"limit": LIST_PAGE_SIZE, "continue": token}
 
     async def initial_sync(self) -> dict[str, str]:
-        """List all three resources and load the ledger at once; returns each resourceVersion."""
-        (nodes, nrv), (gpunodes, grv), (pods, prv) = await asyncio.gather(
-            self.list(NODES), self.list(GPUNODES), self.list(PODS))
+        """List every resource and load the ledger at once; returns each resourceVersion."""
+        (nodes, nrv), (gpunodes, grv), (pods, prv), (jobs, jrv) = await asyncio.gather(
+            self.list(NODES), self.list(GPUNODES), self.list(PODS), self.list(GPUJOBS))
         statuses = {_name(o): s for o in gpunodes if (s := gpunode_status(o)) is not None}
-        self.ledger.replace_all(nodes, statuses, pods)
+        self.ledger.replace_all(nodes, statuses, pods, jobs)
         self._known = {"nodes": {_name(o) for o in nodes}, "gpunodes": {_name(o) for o in gpunodes},
-                       "pods": {_uid(o) for o in pods}}
+                       "pods": {_uid(o) for o in pods}, "gpujobs": {_uid(o) for o in jobs}}
         self.ledger.synced = True
         # The listed cluster is long-lived: keep it out of the cyclic GC's scans (steadier p99).
         gc.collect()
         gc.freeze()
-        return {"nodes": nrv, "gpunodes": grv, "pods": prv}
+        return {"nodes": nrv, "gpunodes": grv, "pods": prv, "gpujobs": jrv}
 
     def apply(self, resource: Resource, kind: str, obj: dict[str, Any]) -> None:
         """One watch event into the ledger."""
@@ -172,6 +174,8 @@ class ClusterFeed:
                 self.ledger.delete_node(key)
             elif resource is GPUNODES:
                 self.ledger.delete_gpunode(key)
+            elif resource is GPUJOBS:
+                self.ledger.delete_gpujob(key)
             else:
                 self.ledger.delete_pod(key)
             return
@@ -180,6 +184,8 @@ class ClusterFeed:
             self.ledger.upsert_node(obj)
         elif resource is GPUNODES:
             self.ledger.upsert_gpunode(key, gpunode_status(obj))
+        elif resource is GPUJOBS:
+            self.ledger.upsert_gpujob(obj)
         else:
             self.ledger.upsert_pod(obj)
 
@@ -249,7 +255,7 @@ class ClusterFeed:
                 await asyncio.sleep(self.retry_seconds)
 
     async def run(self) -> None:
-        """Initial sync (retried until it succeeds), then follow all three resources."""
+        """Initial sync (retried until it succeeds), then follow every resource."""
         while True:
             try:
                 versions = await self.initial_sync()
@@ -258,5 +264,5 @@ class ClusterFeed:
                 log.warning("initial list failed (%s); retrying in %.1fs", exc, self.retry_seconds)
                 await asyncio.sleep(self.retry_seconds)
         async with asyncio.TaskGroup() as group:
-            for resource in (NODES, GPUNODES, PODS):
+            for resource in (NODES, GPUNODES, PODS, GPUJOBS):
                 group.create_task(self.follow(resource, versions[resource.name]))

@@ -1,7 +1,9 @@
 """``ExtenderPlacement``: the operator's PlacementPort over the extender's gRPC ``PlacementClient``.
 
-Translates jobs into the core's ``GangRequest`` and the placements the extender returns into the API's
-``Placement`` (what ``status.placement`` records): the one conversion, at the gRPC edge. An
+Translates jobs into the core's ``GangRequest``, and placements between the API's ``Placement`` (what
+``status.placement`` records) and the core's with the extender's one conversion (``api_placement`` /
+``core_placement``). Reserve sends the placement the cycle is about to record, so nothing planned is
+cached here: what is reserved is what the status says. An
 unreachable or refusing extender is an answer ("waiting for the extender: ..."), never an exception
 that would stop the admission cycle.
 """
@@ -14,12 +16,12 @@ from collections.abc import Sequence
 import grpc
 
 from kubegang.admission import WhatIfAnswer
-from kubegang.api import Placement, ReplicaPlacement
-from kubegang.extender.client import PlacementClient
+from kubegang.api import Placement
+from kubegang.extender import PlacementClient, api_placement, core_placement
 from kubegang.levels import Level
 from kubegang.operator._job import JobView
 from kubegang.operator._types import PlanResult, RepairResult, Verdict
-from kubegang.placement import MILLI, GangRequest
+from kubegang.placement import GangRequest
 from kubegang.placement import Placement as CorePlacement
 
 log = logging.getLogger("kubegang.operator.placement")
@@ -47,27 +49,12 @@ def gang_request(
     )
 
 
-def api_placement(placement: CorePlacement) -> Placement:
-    """The API form (``status.placement``) of a placement the extender returned."""
-    return Placement(
-        level=placement.level.label,
-        domain=placement.domain,
-        pods=[
-            ReplicaPlacement(
-                index=a.pod, node=a.node, gpus=list(a.gpus), gpu_milli=a.gpu_milli if a.gpu_milli < MILLI else None
-            )
-            for a in sorted(placement.assignments, key=lambda a: a.pod)
-        ],
-    )
-
-
 class ExtenderPlacement:
     """PlacementPort backed by the extender."""
 
     def __init__(self, client: PlacementClient, *, reservation_ttl_seconds: int = 120) -> None:
         self.client = client
         self.reservation_ttl_seconds = reservation_ttl_seconds
-        self._planned: dict[str, tuple[GangRequest, CorePlacement]] = {}
 
     async def plan(self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None) -> PlanResult:
         gang = gang_request(job, excluded_nodes, preferred_domain)
@@ -76,15 +63,15 @@ class ExtenderPlacement:
         except grpc.aio.AioRpcError as exc:
             return PlanResult(None, f"extender unavailable ({exc.code().name}): {exc.details()}")
         if isinstance(result, CorePlacement):
-            self._planned[job.uid] = (gang, result)
             return PlanResult(api_placement(result))
         return PlanResult(None, result.reason, never=result.never)
 
     async def reserve(self, job: JobView, placement: Placement) -> Verdict:
-        gang, planned = self._planned.pop(job.uid, (gang_request(job), None))
+        gang = gang_request(job)
         try:
             outcome = await self.client.reserve(
-                gang, planned, ttl_seconds=self.reservation_ttl_seconds, namespace=job.namespace, name=job.name
+                gang, core_placement(gang, placement), ttl_seconds=self.reservation_ttl_seconds,
+                namespace=job.namespace, name=job.name,
             )
         except grpc.aio.AioRpcError as exc:
             return Verdict(False, f"extender unavailable ({exc.code().name}): {exc.details()}")
@@ -97,7 +84,6 @@ class ExtenderPlacement:
         return Verdict(True)
 
     async def release(self, job_uid: str) -> None:
-        self._planned.pop(job_uid, None)
         try:
             await self.client.release(job_uid)
         except grpc.aio.AioRpcError as exc:

@@ -4,9 +4,9 @@ The extender is tested in isolation from the operator: tests reserve over gRPC t
 create the gang's pods with the pod contract (``kubegang.podcontract``), as the operator would.
 Job UIDs are made up here, so the running operators never know these gangs.
 
-Restarting the extender alone: the handle reads the running process's command line from /proc,
-SIGKILLs it and starts the same command again (detached, same log and pid file), because
-``hack/cluster`` has no subcommand that restarts only the extender.
+Restarting one process (the extender, an operator): the handle reads the running process's
+command line from /proc, SIGKILLs it and starts the same command again (detached, same log and pid
+file), because ``hack/cluster`` has no subcommand that restarts a single kubegang process.
 """
 
 from __future__ import annotations
@@ -213,28 +213,29 @@ class ExtenderHandle:
 
     # ---- process control ---------------------------------------------------------------------
 
-    def kill(self) -> list[str]:
-        """SIGKILL the extender; returns its command line, for :meth:`start`."""
-        pid = self.kubegang.pid("kubegang-extender")
-        assert pid is not None and _alive(pid), "the extender is not running"
+    def kill(self, component: str = "kubegang-extender") -> list[str]:
+        """SIGKILL a kubegang process (the extender by default); returns its command line, for :meth:`start`."""
+        pid = self.kubegang.pid(component)
+        assert pid is not None and _alive(pid), f"{component} is not running"
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
         os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(pid), f"extender pid {pid} survived SIGKILL"
+        assert not _alive(pid), f"{component} pid {pid} survived SIGKILL"
         return argv
 
-    def start(self, argv: list[str], timeout: float = 60) -> None:
-        """Start the extender again with ``argv`` (detached, as hack/ starts it), wait until ready."""
-        log = self.cluster_dir / "logs" / "kubegang-extender.log"
+    def start(self, argv: list[str], timeout: float = 60, component: str = "kubegang-extender") -> None:
+        """Start a process again with ``argv`` (detached, as hack/ starts it); the extender: until ready."""
+        log = self.cluster_dir / "logs" / f"{component}.log"
         env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
         # setsid + background: the extender is re-parented away from pytest, as hack/ leaves it.
         out = subprocess.run(["sh", "-c", 'setsid "$@" </dev/null >>"$LOG" 2>&1 & echo $!', "sh", *argv],
                              env={**env, "LOG": str(log)}, cwd=self.cluster_dir, capture_output=True,
                              text=True, check=True)
-        (self.cluster_dir / "pids" / "kubegang-extender.pid").write_text(out.stdout.strip())
-        self.cluster.wait_for("restarted extender ready", self.ready, timeout=timeout, interval=0.2)
+        (self.cluster_dir / "pids" / f"{component}.pid").write_text(out.stdout.strip())
+        if component == "kubegang-extender":
+            self.cluster.wait_for("restarted extender ready", self.ready, timeout=timeout, interval=0.2)
 
 
 @pytest.fixture(scope="session")

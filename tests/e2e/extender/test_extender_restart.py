@@ -1,16 +1,22 @@
-"""Killing the extender mid-burst loses no reservation and double-allocates nothing (issue 5).
+"""Killing the extender mid-burst loses no reservation and double-allocates nothing (issues 5, 12).
 
-Every GPU of the shape is spoken for: gangs reserve three quarters of them over gRPC, plain pods
-want the rest. Their pods are created in a slow burst; the extender is SIGKILLed once some are
-bound and started again while creation goes on, so gang pods appear both before and after the
-restart, racing plain pods for the same GPUs. Afterwards the API is audited against node
-capacity and the GPU indices the gangs were planned, and the restarted ledger against the API.
+Every GPU of the shape is spoken for: gangs reserve three quarters of them over gRPC and record the
+placement in their GPUJob's status, as the operator's admission does; plain pods want the rest.
+The operators are stopped for the test, so these hand-admitted GPUJobs are the only writer's.
+Pods are created in a slow burst; the extender is SIGKILLed once some are bound and started again
+while creation goes on, so gang pods appear both before and after the restart, racing plain pods
+for the same GPUs. The restarted extender has no startup grace: it holds the GPUJobs' recorded
+placements from its first list. Afterwards the API is audited against node capacity and the GPU
+indices the gangs were planned, and the restarted ledger against the API.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import threading
 import time
+import urllib.request
 from collections import Counter
 from typing import Any
 
@@ -21,6 +27,35 @@ GANGS = 12
 PODS_PER_GANG = 2
 BATCH = 3
 PAUSE_S = 0.6
+OPERATORS = ("kubegang-operator-0", "kubegang-operator-1")
+
+
+def _gpujob(name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"replicas": PODS_PER_GANG, "queue": "extender-restart", "template": {"spec": {"containers": [{
+            "name": "main", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {GPU_RESOURCE: "1"}}}]}}},
+    }
+
+
+def _record_admission(extender: Any, namespace: str, name: str, placement: Placement) -> None:
+    """What the operator's step 4 writes: the job admitted, and where its pods go."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {"status": {"phase": "Admitted", "admittedAt": now, "placement": {
+        "level": placement.level.label, "domain": placement.domain,
+        "pods": [{"index": a.pod, "node": a.node, "gpus": list(a.gpus)} for a in placement.assignments]}}}
+    extender.cluster.kubectl("patch", "gpujob", name, "-n", namespace, "--subresource=status", "--type=merge",
+                             "-p", json.dumps(status))
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
 
 
 def _gpus(pod: dict[str, Any]) -> int:
@@ -28,14 +63,32 @@ def _gpus(pod: dict[str, Any]) -> int:
 
 
 def test_killing_the_extender_mid_burst_loses_no_reservation(extender: Any, namespace: str) -> None:
+    stopped = {component: extender.kill(component) for component in OPERATORS}
+    try:
+        _burst_with_a_restart(extender, namespace)
+    finally:
+        extender.cluster.kubectl("delete", "gpujobs", "--all", "-n", namespace, "--wait=true", check=False)
+        for component, argv in stopped.items():
+            extender.start(argv, component=component)
+        for port in extender.kubegang.ports["operator_metrics"]:
+            extender.cluster.wait_for("restarted operator serving", lambda port=port: _http_ok(
+                f"http://127.0.0.1:{port}/metrics"), timeout=60, interval=0.5)
+
+
+def _burst_with_a_restart(extender: Any, namespace: str) -> None:
     capacity = extender.free_gpus()
     total = sum(capacity.values())
     planned: dict[str, tuple[str, tuple[int, ...]]] = {}
     manifests: list[dict[str, Any]] = []
+    extender.create_all([_gpujob(f"g{g}", namespace) for g in range(GANGS)])
+    uids = {j["metadata"]["name"]: j["metadata"]["uid"]
+            for j in extender.cluster.get_json("gpujobs", "-n", namespace)["items"]}
     for g in range(GANGS):
-        job = extender.new_job_uid()
-        outcome = extender.reserve(GangRequest(id=job, pods=PODS_PER_GANG, gpus_per_pod=1))
+        job = uids[f"g{g}"]
+        outcome = extender.reserve(GangRequest(id=job, pods=PODS_PER_GANG, gpus_per_pod=1,
+                                               cpu_milli=100, memory_mib=64))
         assert isinstance(outcome.result, Placement), outcome.result
+        _record_admission(extender, namespace, f"g{g}", outcome.result)
         for a in outcome.result.assignments:
             name = f"g{g}-{a.pod}"
             planned[name] = (a.node, a.gpus)
@@ -65,6 +118,13 @@ def test_killing_the_extender_mid_burst_loses_no_reservation(extender: Any, name
     created_before = len(extender.pods(namespace))
     argv = extender.kill()
     extender.start(argv)
+    # From its first list on, the restarted ledger holds the recorded placement of every gang whose
+    # pods do not all exist, with no TTL (pods listed after the dump existed no earlier than it).
+    snap = extender.snapshot()
+    have = Counter((p["metadata"].get("labels") or {}).get(JOB_UID_LABEL) for p in extender.pods(namespace))
+    missing = {uid for uid in uids.values() if have[uid] < PODS_PER_GANG}
+    assert missing <= set(snap["reservations"]), (missing, sorted(snap["reservations"]))
+    assert all(snap["reservations"][uid]["durable"] for uid in missing)
     creator.join(timeout=120)
     assert not errors, errors
     assert created_before < len(manifests), "the restart must fall inside the burst"

@@ -419,165 +419,114 @@ def test_a_bound_pod_takes_its_gpus_from_a_reservation_and_pods_that_did_not_fit
     assert free(ledger) == {"n0": 0}
 
 
-def test_after_a_restart_plain_pods_wait_out_the_grace_and_are_then_requeued() -> None:
-    clock = [1000.0]
-    ledger = Ledger(clock=lambda: clock[0], startup_grace_seconds=10)
-    ledger.replace_all([node("n0"), node("n1")], {}, [pod("g0", 8, pinned="n0", gpu_idx="0,1,2,3,4,5,6,7",
-                                                          job="job-1", index=0), pod("w", 1)])
-    ledger.synced = True
-    verdict = ledger.filter(demand(1), ["n0", "n1"])
-    assert verdict.passed == [] and "restarted" in verdict.unresolvable["n1"]
-    assert ledger.preempt(demand(1), {"n0": ["g0"]}) == {}
-    # Gang pods take their planned GPUs meanwhile.
-    gang_pod = demand(8, uid="g1", pinned_node="n1", job_uid="job-1", pod_index=1)
-    assert ledger.filter(gang_pod, ["n0", "n1"]).passed == ["n1"]
-    ledger.expire()
-    assert ledger.take_requeue(10) == []
-    clock[0] += 10
-    ledger.expire()
-    assert ledger.take_requeue(10) == [("ns", "p-w")]
-    assert ledger.filter(demand(1), ["n0", "n1"]).passed == ["n1"]
-    # A relist after 410 Gone is not a restart: no new grace.
-    ledger.replace_all([node("n0"), node("n1")], {}, [])
-    assert ledger.filter(demand(1), ["n0", "n1"]).passed == ["n0", "n1"]
+def gpujob(uid: str, placement: Placement | None, *, attempt: str = "2026-12-01T10:00:00Z",
+           phase: str = "Admitted", replicas: int | None = None, cpu: str = "1") -> dict[str, Any]:
+    """A GPUJob as the operator leaves it: admitted (``admittedAt`` + ``placement``) or given back."""
+    status: dict[str, Any] = {"phase": phase}
+    if placement is not None:
+        status |= {"admittedAt": attempt, "placement": {
+            "level": placement.level.label, "domain": placement.domain,
+            "pods": [{"index": a.pod, "node": a.node, "gpus": list(a.gpus)} for a in placement.assignments]}}
+    return {
+        "metadata": {"name": f"job-{uid}", "namespace": "ns", "uid": uid},
+        "spec": {"replicas": replicas or (len(placement.assignments) if placement else 1), "queue": "q",
+                 "template": {"spec": {"containers": [{"name": "c", "image": "x", "resources": {
+                     "requests": {"cpu": cpu}, "limits": {"nvidia.com/gpu": "8"}}}]}}},
+        "status": status,
+    }
 
 
-def _gpunode(uuids: list[str], domain: str | None = None) -> GPUNodeStatus:
-    body: dict[str, Any] = {"gpus": [{"index": i, "product": "NVIDIA H100", "uuid": u,
-                                      "health": {"healthy": True}} for i, u in enumerate(uuids)]}
-    if domain is not None:
-        body["nvlinkDomain"] = {"id": domain, "clusterUuid": domain.split(".")[0], "cliqueId": 1,
-                                "state": "Completed", "status": "Success"}
-    return GPUNodeStatus.model_validate(body)
+def _created(a: Any, job: str = "job-1", uid: str = "") -> dict[str, Any]:
+    return pod(uid or f"{job}-{a.pod}", 8, pinned=a.node, gpu_idx=",".join(map(str, a.gpus)), job=job, index=a.pod)
 
 
-def test_a_gpu_reported_by_two_nodes_degrades_those_nodes_only() -> None:
-    ledger = make(3, gpus=2)
-    ledger.upsert_gpunode("n0", _gpunode(["GPU-a", "GPU-dup"]))
-    ledger.upsert_gpunode("n1", _gpunode(["GPU-dup", "GPU-b"]))
-    ledger.upsert_gpunode("n2", _gpunode(["GPU-c", "GPU-d"], domain="fab.1"))
-    result = ledger.plan(GangRequest(id="j", pods=3, gpus_per_pod=2))
-    assert isinstance(result, Placement), result          # not INTERNAL for everybody
-    snap = ledger.snapshot()
-    assert set(snap["quarantined"]) == {"n0", "n1"}
-    assert "GPU-dup" in snap["quarantined"]["n0"] and "GPUNode data ignored" in snap["quarantined"]["n0"]
-    assert snap["nodes"]["n2"]["domains"]["nvlink"] == "fab.1"   # the healthy node keeps its GPUNode
-    assert ledger.filter(demand(2), ["n0", "n1", "n2"]).passed == ["n0", "n1", "n2"]
-    ledger.upsert_gpunode("n1", _gpunode(["GPU-e", "GPU-b"]))   # the agent is fixed
-    assert ledger.snapshot()["quarantined"] == {}
-
-
-def test_an_nvlink_domain_across_two_leaves_drops_the_later_nodes_gpunode() -> None:
-    ledger = make(4)  # n0, n1 on leaf-0; n2, n3 on leaf-1
-    for name in ("n0", "n1", "n2"):
-        ledger.upsert_gpunode(name, _gpunode([f"GPU-{name}-{i}" for i in range(8)], domain="fab.1"))
-    snap = ledger.snapshot()
-    assert set(snap["quarantined"]) == {"n2"}
-    assert "leaf" in snap["quarantined"]["n2"]
-    assert snap["nodes"]["n0"]["domains"]["nvlink"] == snap["nodes"]["n1"]["domains"]["nvlink"] == "fab.1"
-    assert snap["nodes"]["n2"]["domains"]["nvlink"] != "fab.1"
-    assert isinstance(ledger.plan(GangRequest(id="j", pods=4, gpus_per_pod=8)), Placement)
-
-
-def test_fabric_labels_that_contradict_each_other_are_dropped_for_the_later_node() -> None:
-    ledger = Ledger()
-    ledger.upsert_node(node("a", leaf="leaf-x", **{"kubegang.io/spine": "s1"}))
-    ledger.upsert_node(node("b", leaf="leaf-x", **{"kubegang.io/spine": "s2"}))  # leaf-x under two spines
-    snap = ledger.snapshot()
-    assert set(snap["quarantined"]) == {"b"} and "fabric labels ignored" in snap["quarantined"]["b"]
-    assert snap["nodes"]["a"]["domains"]["leaf"] == "leaf-x"
-    assert isinstance(ledger.plan(GangRequest(id="j", pods=2, gpus_per_pod=8)), Placement)
-
-
-def test_cpu_and_memory_of_gpu_pods_are_counted_on_their_nodes() -> None:
-    ledger = make(1)
-    body = pod("c", 2, node_name="n0")
-    body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1500m", "memory": "2Gi"}
-    body["spec"]["containers"].append({"name": "side", "resources": {"limits": {"cpu": "1", "memory": "100Mi"}}})
-    body["spec"]["initContainers"] = [{"name": "init", "resources": {"requests": {"cpu": "4"}}}]
-    ledger.upsert_pod(body)
-    snap = ledger._current()
-    assert (snap.cpu_used[0], snap.memory_used[0]) == (4000, 2048 + 100)   # init container wins for CPU
-    assert ledger.snapshot()["pods"]["c"]["cpuMilli"] == 4000
-    ledger.delete_pod("c")
-    assert (ledger._current().cpu_used[0], ledger._current().memory_used[0]) == (0, 0)
-    # A gang that needs more CPU than is left (64 - 4 cores) is refused; one that fits is placed.
-    ledger.upsert_pod(body)
-    assert not isinstance(ledger.plan(GangRequest(id="j", pods=1, gpus_per_pod=1, cpu_milli=61_000)), Placement)
-    assert isinstance(ledger.plan(GangRequest(id="j", pods=1, gpus_per_pod=1, cpu_milli=60_000)), Placement)
-
-
-def test_a_bad_cpu_quantity_is_named() -> None:
-    import pytest
-
-    from kubegang.extender._pods import DemandError, pod_demand
-    from kubegang.extender._wire import Pod
-
-    body = pod("q", 1)
-    body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "lots"}
-    with pytest.raises(DemandError, match=r"spec\.containers\[0\]\.resources\.requests\.cpu"):
-        pod_demand(Pod.model_validate(body))
-
-
-@settings(max_examples=60, deadline=None)
-@given(load=st.lists(st.tuples(st.integers(0, 5), st.integers(1, 8)), max_size=20),
-       need=st.integers(1, 8), subset=st.lists(st.integers(0, 5), min_size=1, max_size=8),
-       taint=st.integers(-1, 5), tolerate=st.booleans(), pod_limit=st.integers(0, 3),
-       reserved=st.integers(0, 2))
-def test_vectorised_filter_agrees_with_the_core(load: list[tuple[int, int]], need: int, subset: list[int],
-                                                taint: int, tolerate: bool, pod_limit: int,
-                                                reserved: int) -> None:
-    """The C-level path (all nodes known): tolerated taints, pod limits, reservations, any order."""
-    from kubegang.placement import Toleration, feasible_nodes
-
-    ledger = Ledger()
-    for i in range(6):
-        body = node(f"n{i}", 8, leaf=f"leaf-{i // 2}")
-        if i == taint:
-            body["spec"]["taints"] = [{"key": "gpu", "value": "yes", "effect": "NoSchedule"}]
-        if pod_limit and i == 5:
-            body["status"]["allocatable"]["pods"] = str(pod_limit)
-        ledger.upsert_node(body)
-    for i, (n, gpus) in enumerate(load):
-        ledger.upsert_pod(pod(f"p{i}", gpus, node_name=f"n{n}"))
-    for j in range(reserved):
-        ledger.reserve(GangRequest(id=f"r{j}", pods=1, gpus_per_pod=2), None, 60)
-    tolerations = (Toleration(key="gpu", operator="Exists", effect="NoSchedule"),) if tolerate else ()
-    names = [f"n{i}" for i in subset]
-    verdict = ledger.filter(demand(need, tolerations=tolerations), names)
-    gang = GangRequest(id="pod/x", pods=1, gpus_per_pod=need, tolerations=tolerations)
-    ok, failed = feasible_nodes(gang, ledger._current(), names)
-    assert verdict.passed == ok
-    assert verdict.unresolvable == {}
-    assert set(verdict.failed) == set(failed)
-    for name, reason in verdict.failed.items():
-        assert reason.startswith(failed[name])   # plus, where GPUs are reserved, how many
-
-
-def test_after_a_restart_a_partly_created_gang_can_be_reserved_again_with_its_placement() -> None:
+def test_after_a_restart_an_admitted_jobs_recorded_placement_holds_the_gpus_of_its_missing_pods() -> None:
     first = make(3)
-    gang = GangRequest(id="job-1", pods=2, gpus_per_pod=8)
     placement = reserve(first, "job-1", pods=2)
     a0, a1 = placement.assignments
-    created = pod("g0", 8, pinned=a0.node, gpu_idx=",".join(map(str, a0.gpus)), job="job-1", index=0)
-    # The extender restarts after pod 0 was created: its reservation of pod 1 is gone.
+    # The extender restarts after pod 0 was created: the job's status still records both slots.
     ledger = Ledger()
-    ledger.replace_all([node(f"n{i}", 8, leaf=f"leaf-{i // 2}") for i in range(3)], {}, [created])
-    assert not isinstance(ledger.reserve(gang, None, 60).result, Placement)   # no placement: refused
-    moved = Placement(gang_id="job-1", assignments=(replace(a0, node=a1.node), replace(a1, node=a0.node)),
-                      level=placement.level, domain=placement.domain, score=0, preferred_met=True)
-    assert not isinstance(ledger.reserve(gang, moved, 60).result, Placement)  # contradicts pod 0
-    again = ledger.reserve(gang, placement, 60)
-    assert again.result == placement
-    assert a1.node not in ledger.filter(demand(1), [a1.node]).passed         # pod 1's GPUs held again
-    ledger.upsert_pod(pod("g1", 8, pinned=a1.node, gpu_idx=",".join(map(str, a1.gpus)), job="job-1", index=1))
-    assert ledger.reservation_count == 0                                      # both pods hold their GPUs
-    # GPUs taken meanwhile: refused with a reason that says what to do.
-    other = Ledger()
-    other.replace_all([node(f"n{i}", 8, leaf=f"leaf-{i // 2}") for i in range(3)], {},
-                      [created, pod("thief", 8, node_name=a1.node)])
-    taken = other.reserve(gang, placement, 60)
-    assert not isinstance(taken.result, Placement) and "taken meanwhile" in taken.result.reason
+    ledger.replace_all([node(f"n{i}", 8, leaf=f"leaf-{i // 2}") for i in range(3)], {}, [_created(a0)],
+                       [gpujob("job-1", placement)])
+    ledger.synced = True
+    third = ({"n0", "n1", "n2"} - {a0.node, a1.node}).pop()
+    assert ledger.filter(demand(8), ["n0", "n1", "n2"]).passed == [third]   # no grace: only pod 1's GPUs held
+    assert ledger.snapshot()["reservations"]["job-1"] == {
+        "expiresAt": None, "durable": True, "heldPods": [1],
+        "placement": [{"pod": a.pod, "node": a.node, "gpus": list(a.gpus)} for a in (a0, a1)]}
+    assert ledger.expire(now=1e12) == []                                    # durable: no TTL
+    again = ledger.reserve(GangRequest(id="job-1", pods=2, gpus_per_pod=8), None, 60)
+    assert isinstance(again.result, Placement) and again.result.assignments == placement.assignments
+    ledger.upsert_pod(_created(a1))
+    assert ledger.reservation_count == 0                                    # both pods hold their GPUs
+    # Pod 1 finishing does not make the record hold its slot again (same admission, seen before).
+    ledger.upsert_gpujob(gpujob("job-1", placement))
+    ledger.delete_pod("job-1-1")
+    ledger.upsert_gpujob(gpujob("job-1", placement))
+    assert ledger.reservation_count == 0 and a1.node in ledger.filter(demand(8), [a1.node]).passed
+
+
+def test_a_reservation_becomes_durable_once_the_status_records_it_and_ends_when_the_job_gives_it_back() -> None:
+    clock = [1000.0]
+    ledger = make(2, clock=clock)
+    placement = reserve(ledger, "job-1", pods=1, ttl=30)
+    other = ({"n0", "n1"} - {placement.assignments[0].node}).pop()
+    ledger.upsert_pod(pod("waiting", 8))
+    ledger.upsert_gpujob(gpujob("job-1", None, phase="Queued"))          # not admitted yet: the TTL holds
+    ledger.upsert_gpujob(gpujob("job-1", placement))                     # recorded: no TTL any more
+    clock[0] += 3600
+    assert ledger.expire() == [] and ledger.reservation_count == 1
+    ledger.upsert_pod(pod("plain", 8, node_name=other))
+    assert ledger.filter(demand(8), ["n0", "n1"]).passed == []
+    ledger.upsert_gpujob(gpujob("job-1", None, phase="Queued"))          # given back (requeue, preemption)
+    assert ledger.reservation_count == 0
+    assert ledger.take_requeue(10) == [("ns", "p-waiting")]             # its GPUs were freed quietly
+    # A TTL reservation whose status records something else stays a TTL reservation.
+    mine = reserve(ledger, "job-2", pods=1, ttl=30)
+    moved = replace(mine, assignments=(replace(mine.assignments[0], gpus=(9,)),))
+    ledger.upsert_gpujob(gpujob("job-2", moved))
+    clock[0] += 31
+    assert ledger.expire() == ["job-2"]
+
+
+def test_a_released_admission_is_not_held_again_by_its_late_events_and_a_new_attempt_is() -> None:
+    ledger = make(2)
+    placement = reserve(ledger, "job-1", pods=1)
+    ledger.upsert_gpujob(gpujob("job-1", placement))
+    ledger.release("job-1")                       # the operator tore the gang down; its status write lags
+    ledger.upsert_gpujob(gpujob("job-1", placement))
+    assert ledger.reservation_count == 0
+    # The gang is admitted again elsewhere (a new admittedAt): an extender that missed the Reserve
+    # (it restarted in between) still holds what the status records.
+    ledger.upsert_gpujob(gpujob("job-1", placement, attempt="2026-12-01T11:00:00Z"))
+    assert ledger.reservation_count == 1
+    ledger.delete_gpujob("job-1")
+    assert ledger.reservation_count == 0
+
+
+def test_a_recorded_slot_a_bound_pod_took_while_the_extender_was_away_is_displaced_for_repair() -> None:
+    first = make(2)
+    placement = reserve(first, "job-1", pods=2)
+    a0, a1 = placement.assignments
+    ledger = Ledger()
+    ledger.replace_all([node("n0"), node("n1")], {}, [_created(a0), pod("intruder", 8, node_name=a1.node,
+                                                                         gpu_idx="0,1,2,3,4,5,6,7")],
+                       [gpujob("job-1", placement)])
+    assert ledger.reservation_count == 0 and not ledger.snapshot()["unplaced"]
+    out = ledger.repair(GangRequest(id="job-1", pods=2, gpus_per_pod=8), 60)
+    assert [(d.index, d.node, d.intruder) for d in out.displaced] == [(1, a1.node, "ns/p-intruder")]
+
+
+def test_a_recorded_placement_the_ledger_cannot_read_holds_nothing_and_stops_nothing() -> None:
+    ledger = make(1)
+    placement = reserve(make(1), "job-1", pods=1)
+    bad = gpujob("job-1", placement)
+    bad["status"]["placement"]["level"] = "galaxy"
+    ledger.upsert_gpujob(bad)
+    ledger.upsert_gpujob({"metadata": {}, "status": {"admittedAt": "x"}})
+    finished = gpujob("job-2", placement, phase="Succeeded")
+    ledger.upsert_gpujob(finished)
+    assert ledger.reservation_count == 0 and ledger.filter(demand(8), ["n0"]).passed == ["n0"]
 
 
 def _shared_pod(uid: str, node_name: str, gpu: int, milli: int, job: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ async def test_extender_serves_filter_and_plan_from_the_watched_cluster(pki: Pem
     settings = ExtenderSettings(tls_cert=pki.server_cert, tls_key=pki.server_key, client_ca=pki.ca_cert,
                                 https_address="127.0.0.1", https_port=0, grpc_address="127.0.0.1",
                                 grpc_port=0, health_address="127.0.0.1", health_port=0,
-                                housekeeping_seconds=0.05, startup_grace_seconds=0)
+                                housekeeping_seconds=0.05)
     client = httpx2.AsyncClient(transport=httpx2.MockTransport(api.handler), base_url="https://api")
     async with run_extender(settings, client) as ext:
         for _ in range(100):
@@ -50,7 +50,3 @@ async def test_extender_serves_filter_and_plan_from_the_watched_cluster(pki: Pem
 def test_settings_from_the_command_line() -> None:
     s = settings_from_args(["--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca", "--https-port", "1"])
     assert (s.https_port, s.grpc_port, str(s.client_ca)) == (1, 9443, "ca")
-    assert s.startup_grace_seconds > 0
-    grace = settings_from_args(["--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca",
-                                "--startup-grace-seconds", "0"])
-    assert grace.startup_grace_seconds == 0

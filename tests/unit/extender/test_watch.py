@@ -21,6 +21,7 @@ class FakeApi:
     def __init__(self) -> None:
         self.nodes = [node("n0")]
         self.pods = [pod("p0", 8, node_name="n0")]
+        self.gpujobs: list[dict[str, Any]] = []
         self.streams: list[list[dict[str, Any]]] = []
         self.watch_params: list[dict[str, str]] = []
 
@@ -37,7 +38,7 @@ class FakeApi:
             return httpx2.Response(200, content="\n".join(json.dumps(e) for e in events).encode())
         if path.endswith("/gpunodes"):
             return httpx2.Response(404, json={"kind": "Status", "code": 404})
-        items = self.nodes if path == "/api/v1/nodes" else self.pods
+        items = self.nodes if path == "/api/v1/nodes" else self.gpujobs if path.endswith("/gpujobs") else self.pods
         return httpx2.Response(200, json={"items": items, "metadata": {"resourceVersion": "10"}})
 
 
@@ -54,7 +55,7 @@ async def test_list_then_watch_with_bookmarks() -> None:
     api = FakeApi()
     feed = _feed(api)
     versions = await feed.initial_sync()
-    assert versions == {"nodes": "10", "gpunodes": "", "pods": "10"}
+    assert versions == {"nodes": "10", "gpunodes": "", "pods": "10", "gpujobs": "10"}
     assert feed.ledger.synced and _free(feed.ledger) == {"n0": 0}
     added = node("n1")
     added["metadata"]["resourceVersion"] = "11"

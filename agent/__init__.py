@@ -28,9 +28,10 @@ from ._status import (
     node_labels,
     status_payload,
 )
-from ._xid import FATAL_XIDS, describe_xid
+from ._xid import APPLICATION_XIDS, FATAL_XIDS, XidClass, XidPolicy, describe_xid
 
 __all__ = [
+    "APPLICATION_XIDS",
     "FATAL_XIDS",
     "LABEL_CLIQUE",
     "LABEL_COUNT",
@@ -46,6 +47,8 @@ __all__ = [
     "NvmlBackend",
     "ReplayBackend",
     "ReplayError",
+    "XidClass",
+    "XidPolicy",
     "build_status",
     "describe_xid",
     "domain_id",

@@ -29,7 +29,7 @@ from ._replay import FabricOverride, ReplayBackend, ReplayError, resolve_dump
 from ._settings import AgentSettings
 from ._snapshot import parse_dump
 from ._status import build_status, node_labels, status_payload
-from ._xid import FATAL_XIDS
+from ._xid import APPLICATION_XIDS, FATAL_XIDS, XidPolicy
 from .capture import capture, summary
 
 log = logging.getLogger("kubegang.agent")
@@ -57,21 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--infiniband-root", type=Path, default=DEFAULT_ROOT, help="sysfs InfiniBand class")
     tune.add_argument(
         "--fatal-xids",
-        help=f"comma-separated XIDs that make a GPU unhealthy (default {','.join(map(str, FATAL_XIDS))})",
+        help=f"comma-separated XIDs that make a GPU unhealthy (default {','.join(map(str, FATAL_XIDS))}; "
+             f"application-level ones such as {','.join(map(str, APPLICATION_XIDS))} do not)",
     )
     tune.add_argument("--no-nvidia-labels", action="store_true", help="leave nvidia.com/gpu.* to GPU feature discovery")
     tune.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
 
-def _fatal_xids(text: str | None) -> dict[int, str]:
-    if not text:
-        return dict(FATAL_XIDS)
-    try:
-        xids = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SystemExit(f"--fatal-xids: expected comma-separated integers, got {text!r}") from None
-    return {x: FATAL_XIDS.get(x, "configured as fatal") for x in xids}
 
 
 def _one_shot_backend(args: argparse.Namespace) -> Backend:
@@ -148,7 +141,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.log_level != "DEBUG":  # one INFO line per HTTP request would drown the agent's own log
         for noisy in ("httpx", "httpx2", "httpcore"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
-    fatal = _fatal_xids(args.fatal_xids)
+    try:
+        policy = XidPolicy.parse_fatal(args.fatal_xids)
+    except ValueError as exc:
+        print(f"kubegang-agent: {exc}", file=sys.stderr)
+        return 2
+    fatal = dict(policy.fatal)
     try:
         if args.dump_nvml:
             dump = capture(args.dump_nvml, infiniband_root=args.infiniband_root)
@@ -165,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             metrics_host=args.metrics_host,
             metrics_port=args.metrics_port,
             infiniband_root=args.infiniband_root,
-            fatal_xids=fatal,
+            xid_policy=policy,
             nvidia_labels=not args.no_nvidia_labels,
         )
         return asyncio.run(_serve(settings, args.once, args))

@@ -103,7 +103,7 @@ class NodePublisher:
         dump = await asyncio.to_thread(self.backend.read)
         readings = parse_dump(dump)
         status = build_status(
-            readings, now=self._clock(), previous=self._previous, fatal_xids=self._settings.fatal_xids
+            readings, now=self._clock(), previous=self._previous, fatal_xids=self._settings.xid_policy.fatal
         )
         self._previous = status
         self._metrics.poll.observe(self._monotonic() - started)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._infiniband import DEFAULT_ROOT
-from ._xid import FATAL_XIDS
+from ._xid import XidPolicy
 
 
 @dataclass(frozen=True)
@@ -31,8 +30,10 @@ class AgentSettings:
     """Port of ``/metrics`` and ``/healthz``; 0 disables the listener."""
     infiniband_root: Path = DEFAULT_ROOT
     """Where the InfiniBand class lives in sysfs (a fake tree in tests)."""
-    fatal_xids: Mapping[int, str] = field(default_factory=lambda: dict(FATAL_XIDS))
-    """XIDs that mark a GPU unhealthy, with the reason shown to humans."""
+    xid_policy: XidPolicy = field(default_factory=XidPolicy)
+    """Which XIDs mark a GPU unhealthy (with the reason shown to humans) and which only stopped an
+    application; by default the contained/uncontained ECC errors 94/95 are application-level, and a
+    reset they need shows as a pending row remap instead (``kubegang.agent._xid``)."""
     nvidia_labels: bool = True
     """Also write ``nvidia.com/gpu.{clique,product,count,present}``; turn off where GPU feature
     discovery already owns them."""

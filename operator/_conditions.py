@@ -127,8 +127,10 @@ def transition(
     """A status patch that moves the job to ``phase`` with a reason a human can act on.
 
     The phase's own condition becomes True with ``reason``/``message``; conditions that contradict
-    the new phase become False (kept, so their history stays readable). Preempted is set by the
-    eviction path itself, which also moves the job back to Queued.
+    the new phase become False (kept, so their history stays readable). ``status.reason`` repeats the
+    reason, so ``kubectl get gj`` can print it in a column (a printer column cannot pick the one
+    condition that matches the phase). Preempted is set by the eviction path itself, which also moves
+    the job back to Queued.
     """
     conditions: list[dict[str, Any]] = [dict(c) for c in status.get("conditions") or []]
     own = _PHASE_CONDITION[phase]
@@ -141,7 +143,7 @@ def transition(
             conditions = set_condition(
                 conditions, stale, False, reason, message, now=now, observed_generation=observed_generation
             )
-    patch: dict[str, Any] = {"phase": phase.value, "conditions": conditions}
+    patch: dict[str, Any] = {"phase": phase.value, "reason": reason, "conditions": conditions}
     if observed_generation is not None:
         patch["observedGeneration"] = observed_generation
     return patch

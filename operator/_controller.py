@@ -20,6 +20,8 @@ from kubegang.operator import _metrics as metrics
 from kubegang.operator._admission import Admission
 from kubegang.operator._cache import ClusterCache
 from kubegang.operator._ports import KubePort, QuotaPort
+from kubegang.operator._queue_position import PositionReporter
+from kubegang.operator._quota_book import QuotaBook
 from kubegang.operator._supervisor import Supervisor
 
 log = logging.getLogger("kubegang.operator.controller")
@@ -107,6 +109,8 @@ class Controller:
         self._written: dict[str, Mapping[str, Any]] = {}
         self._queue_status_task: asyncio.Task[None] | None = None
         self._queue_status_at = -math.inf
+        self.positions = PositionReporter(admission.writer)
+        """``status.queuePosition`` of waiting jobs (at most every few seconds, when it moved)."""
 
     async def run(self) -> None:
         """Forever: wait for leadership, rebuild, then cycle while leading."""
@@ -118,6 +122,7 @@ class Controller:
                     await self.resync(self.cache)
                 self.admission.sync_queues()
                 self._written.clear()
+                self.positions.forget()
             except Exception:
                 log.exception("rebuilding state failed; retrying")
                 await asyncio.sleep(1)
@@ -145,6 +150,12 @@ class Controller:
         except Exception:
             log.exception("supervision pass failed")
         self._start_queue_status()
+        quota = self.admission.quota
+        if isinstance(quota, QuotaBook):  # the order is the core tree's; another port has none to report
+            try:
+                self.positions.report(self.cache.pending(), quota.positions, self.cache.job)
+            except Exception:
+                log.exception("reporting queue positions failed")
         return due
 
     def _start_queue_status(self) -> None:

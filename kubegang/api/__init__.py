@@ -17,6 +17,7 @@ from kubegang.api._gpujob import (
     JobConditionType,
     JobPhase,
     Placement,
+    QueuePosition,
     ReplicaPlacement,
     Topology,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "PodTemplateSpec",
     "PreemptionPolicy",
     "PrinterColumn",
+    "QueuePosition",
     "ReplicaPlacement",
     "RequestError",
     "Resource",

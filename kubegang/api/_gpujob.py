@@ -218,8 +218,32 @@ class Placement(ApiModel):
         return frozenset(pod.node for pod in self.pods)
 
 
+class QueuePosition(ApiModel):
+    """Where a waiting job stands in the admission order (``kubegang.quota.queue_positions``).
+
+    Refreshed by the leader at most every few seconds, and only when it moved, so a burst of jobs costs
+    no write storm; cleared when the job is admitted."""
+
+    queue: int = Field(ge=1, strict=True)
+    """1-based place among the waiting jobs of its leaf queue (priority, then creation time)."""
+    cohort: int = Field(ge=1, strict=True)
+    """1-based place of its queue's head among the heads of every leaf queue of its tree (fair-share order)."""
+    ahead: int = Field(ge=0, strict=True)
+    """Jobs the admission cycle considers before this one: those ahead in its queue, then the heads of
+    the leaves before its own."""
+    ahead_gpus: float = Field(ge=0, alias="aheadGPUs")
+    """GPUs those jobs ask for in total."""
+    updated_at: dt.datetime | None = None
+    """When this position was computed."""
+
+
 class GPUJobStatus(ApiModel):
     """What the operator observed and decided; written by the operator only."""
+
+    reason: str | None = Field(default=None, max_length=1024)
+    """The reason of the current phase's condition (``kubectl get gj`` shows it): why the job is where it is."""
+    queue_position: QueuePosition | None = None
+    """While the job waits: its place in the admission order."""
 
     phase: JobPhase | None = None
     """Pending, Queued, Admitted, Running, Succeeded, Failed, Suspended or Unschedulable."""
@@ -259,6 +283,7 @@ class GPUJob(Resource):
         printer_columns=(
             PrinterColumn("Queue", "string", ".spec.queue", "The GPUQueue the job is in"),
             PrinterColumn("Phase", "string", ".status.phase", "Where the job is in its lifecycle"),
+            PrinterColumn("Reason", "string", ".status.reason", "Why the job is in its phase"),
             PrinterColumn("Ready", "integer", ".status.readyReplicas", "Ready replicas"),
             PrinterColumn("Replicas", "integer", ".spec.replicas", "Replicas in the gang"),
             PrinterColumn("GPUs", "number", ".status.totalGPUs", "GPUs of the whole gang"),

@@ -120,6 +120,7 @@ class Engine:
             objects.nodes,
             {str(o["metadata"]["name"]): s for o in objects.gpunodes if (s := gpunode_status(o)) is not None},
             objects.pods,
+            objects.jobs,  # an admitted job's status.placement is its durable reservation
         )
         self.ledger.synced = True
         self.reservations = self._replay_reservations()

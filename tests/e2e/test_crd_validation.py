@@ -94,6 +94,6 @@ def test_defaults_and_printer_columns(crds: Cluster, namespace: str) -> None:
     assert stored["spec"]["restartLimit"] == 3 and stored["spec"]["gangTimeoutSeconds"] == 300
     assert stored["spec"]["framework"] == "none" and stored["spec"]["topology"] == {}
     header = crds.kubectl("get", "gj", "-n", namespace).stdout.splitlines()[0].split()
-    assert header == ["NAME", "QUEUE", "PHASE", "READY", "REPLICAS", "GPUS", "AGE"]
+    assert header == ["NAME", "QUEUE", "PHASE", "REASON", "READY", "REPLICAS", "GPUS", "AGE"]
     by_category = crds.kubectl("get", "kubegang", "-n", namespace, "-o", "name").stdout.split()
     assert f"gpujob.kubegang.io/{job['metadata']['name']}" in by_category

@@ -93,7 +93,16 @@ def test_quota_blocked_why_says_what_the_operator_decided_with_its_numbers(ops: 
         assert flavor["shortfalls"] == [{"flavor": H100, "needs": 16.0, "available": 0.0}]
         assert "needs 16 NVIDIA-H100-80GB-HBM3 but can get 0 now: nominal 16, 16 in use" in cond["message"]
         assert report["position"]["inQueue"] == 1 and report["ahead"] == []
+        # Without the plugin: the operator writes the position (every few seconds) and the reason column.
+        ops.cluster.wait_for("behind's status.queuePosition", lambda: (ops.status("behind").get(
+            "queuePosition") or {}).get("queue") == 2, timeout=30, interval=1)
+        written = ops.status("behind")["queuePosition"]
+        assert (written["cohort"], written["ahead"], written["aheadGPUs"]) == (1, 1, 16)
+        rows = ops.cluster.kubectl("get", "gj", "-n", ops.namespace).stdout.splitlines()
+        assert rows[0].split()[:4] == ["NAME", "QUEUE", "PHASE", "REASON"]
+        assert next(r for r in rows if r.startswith("wait ")).split()[2:4] == ["Queued", "QuotaExhausted"]
         behind = why(ops, "behind")
+        assert behind["operatorPosition"]["queue"] == 2
         assert behind["position"]["inQueue"] == 2
         assert [a["job"] for a in behind["ahead"]] == [f"{ops.namespace}/wait"]
         text = gang(ops, "why", "wait", "-n", ops.namespace).stdout

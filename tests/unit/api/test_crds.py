@@ -147,7 +147,7 @@ def test_printer_columns_and_selectable_fields_point_at_schema_fields(model: Any
 def test_gpujob_columns_and_names() -> None:
     doc = crd_document(GPUJob)
     columns = [c["name"] for c in doc["spec"]["versions"][0]["additionalPrinterColumns"] if "priority" not in c]
-    assert columns == ["Queue", "Phase", "Ready", "Replicas", "GPUs", "Age"]
+    assert columns == ["Queue", "Phase", "Reason", "Ready", "Replicas", "GPUs", "Age"]
     assert doc["spec"]["names"]["shortNames"] == ["gj"] and doc["spec"]["scope"] == "Namespaced"
     assert doc["spec"]["names"]["categories"] == ["kubegang"]
     assert doc["spec"]["versions"][0]["subresources"] == {"status": {}}

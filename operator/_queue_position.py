@@ -1,0 +1,79 @@
+"""``status.queuePosition``: where each waiting job stands, written without a write storm.
+
+The position is the core's (``kubegang.quota.queue_positions`` through the ``QuotaBook``: the admission
+cycle's own order). A burst moves every position with each admission, so the leader reports at most
+every ``POSITION_REFRESH_SECONDS``, only the jobs whose position changed, in the status writer's
+background lane (coalesced per job, behind every decision), and clears the field of a job that no
+longer waits. A user reads it with ``kubectl get gj -o yaml`` even where ``kubectl gang`` cannot list
+other namespaces.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from kubegang.api import GPUJobStatus, QueuePosition
+from kubegang.operator._job import JobView, status_fields, timestamp
+from kubegang.operator._status_writer import StatusWriter
+from kubegang.quota import QueuePosition as CorePosition
+
+POSITION_REFRESH_SECONDS = 5.0
+"""Shortest interval between two position passes."""
+
+Positions = Callable[[Sequence[JobView]], Mapping[str, CorePosition]]
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class PositionReporter:
+    """Writes ``status.queuePosition`` of waiting jobs when it moved, at most every few seconds."""
+
+    def __init__(self, writer: StatusWriter, *, every: float = POSITION_REFRESH_SECONDS,
+                 monotonic: Callable[[], float] = time.monotonic, now: Callable[[], dt.datetime] = _utcnow) -> None:
+        self.writer = writer
+        self.every = every
+        self.monotonic = monotonic
+        self.now = now
+        self._last = -float("inf")
+        self._written: dict[str, tuple[int, int, int, float]] = {}
+        """UID -> (queue, cohort, ahead, aheadGPUs) last written."""
+
+    def forget(self) -> None:
+        """A new leadership: the API is the truth again (write every position once more)."""
+        self._written.clear()
+
+    def report(self, pending: Sequence[JobView], positions: Positions,
+               job: Callable[[str], JobView | None]) -> int:
+        """One pass when it is due; returns the number of status patches queued."""
+        if self.monotonic() - self._last < self.every:
+            return 0
+        self._last = self.monotonic()
+        found = positions(pending)
+        gpus = {view.uid: float(view.spec.total_gpus()) for view in pending}
+        stamp = timestamp(self.now())
+        queued = 0
+        for view in pending:
+            pos = found.get(view.uid)
+            if pos is None:
+                continue
+            ahead = pos.ahead
+            value = (pos.in_queue, pos.cohort, len(ahead), sum(gpus.get(uid, 0.0) for uid in ahead))
+            if self._written.get(view.uid) == value:
+                continue
+            model = QueuePosition(queue=value[0], cohort=value[1], ahead=value[2], ahead_gpus=value[3],
+                                  updated_at=stamp)
+            self.writer.later(view, status_fields(GPUJobStatus(queue_position=model)))
+            self._written[view.uid] = value
+            queued += 1
+        waiting = {view.uid for view in pending}
+        for uid in [uid for uid in self._written if uid not in waiting]:
+            del self._written[uid]
+            gone = job(uid)
+            if gone is not None:  # admitted, suspended or finished: it has no place in a queue now
+                self.writer.later(gone, status_fields(GPUJobStatus(queue_position=None)))
+                queued += 1
+        return queued

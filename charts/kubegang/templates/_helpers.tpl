@@ -72,6 +72,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* Scheduling knobs shared by every workload: call with the component's values. */}}
+{{/*
+A component's PriorityClass: its own priorityClassName when set, else the chart's class of that tier
+(templates/priority-classes.yaml) when priorityClasses.create, else none.
+Call with (dict "root" $ "v" <component values> "tier" "critical"|"node-critical").
+*/}}
+{{- define "kubegang.priorityClassName" -}}
+{{- if .v.priorityClassName -}}
+{{- .v.priorityClassName -}}
+{{- else if .root.Values.priorityClasses.create -}}
+{{- include "kubegang.component" (dict "root" .root "component" .tier) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "kubegang.scheduling" -}}
 {{- with .nodeSelector }}
 nodeSelector:

@@ -255,3 +255,38 @@ def test_a_user_without_list_rights_elsewhere_sees_counts_not_other_teams_jobs(o
         ops.cluster.kubectl("delete", "gpujobs", "--all", "-n", other, "--wait=false", check=False)
         ops.cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
         unlabel(ops, nodes)
+
+
+def test_snapshot_save_then_replay_answers_as_the_live_cluster(ops: Any, tmp_path: Path) -> None:
+    where, nodes = pool(ops, 2)
+    try:
+        q = ops.queue("snap", [(H100, 16)])
+        ops.cluster.apply(pinned(ops, "run", q, 2, where))
+        ops.wait_phase("run", "Running", timeout=90)
+        ops.cluster.apply(pinned(ops, "wait", q, 1, where))
+        ops.cluster.wait_for("wait to be QuotaExhausted",
+                             lambda: (ops.condition("wait", "Queued") or {}).get("reason") == "QuotaExhausted",
+                             timeout=60, interval=1)
+        snapshot = tmp_path / "cluster.json"
+        url = f"https://127.0.0.1:{ops.kubegang.ports['extender_https']}"
+        out = gang(ops, "snapshot", "save", str(snapshot), "--extender", url, "--tls-dir", str(ops.kubegang.tls_dir))
+        assert "and the extender snapshot" in out.stdout
+        saved = json.loads(snapshot.read_text())
+        assert saved["kind"] == "kubegang.io/GangSnapshot" and saved["extender"]["synced"] is True
+        live = why(ops, "wait")
+        replayed = json.loads(gang(ops, "replay", str(snapshot), "--why", "wait", "-n", ops.namespace,
+                                   "-o", "json").stdout)
+        for key in ("phase", "reason", "message", "position", "quota", "placementNow", "nextCycle"):
+            assert replayed[key] == live[key], key
+        manifest = tmp_path / "small.yaml"
+        manifest.write_text(yaml.safe_dump(pinned(ops, "small", q, 1, where)))
+        offline = json.loads(gang(ops, "replay", str(snapshot), "-f", str(manifest), "-n", ops.namespace,
+                                  "-o", "json").stdout)
+        online = json.loads(gang(ops, "what-if", "-f", str(manifest), "-n", ops.namespace, "-o", "json").stdout)
+        assert offline["nextCycle"] == online["nextCycle"]
+        # A bad --tls-dir is named, not a traceback.
+        bad = gang(ops, "snapshot", "save", str(tmp_path / "x.json"), "--extender", url, "--tls-dir",
+                   str(tmp_path), check=False)
+        assert bad.returncode == 2 and "--tls-dir" in bad.stderr and "missing" in bad.stderr
+    finally:
+        unlabel(ops, nodes)

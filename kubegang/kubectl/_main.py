@@ -132,7 +132,7 @@ def _cmd_queues(args: argparse.Namespace) -> int:
 def _cmd_nodes(args: argparse.Namespace) -> int:
     objects, _ = _live(args)
     report = nodes_report(Engine(objects))
-    emit(report, nodes_lines(report, Style(sys.stdout), picture=not args.no_picture), args.output)
+    emit(report, nodes_lines(report, Style(sys.stdout), picture_too=not args.no_picture), args.output)
     return 0
 
 

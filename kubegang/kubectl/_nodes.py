@@ -17,6 +17,8 @@ from kubegang.placement import MILLI, largest_placeable
 from kubegang.topology import FABRIC_LEVELS
 
 _ORDER = ("block", "spine", "leaf", "nvlink")
+PICTURE_WIDTH = 100
+"""Characters per line of the fabric picture."""
 
 
 def nodes_report(engine: Engine) -> dict[str, Any]:
@@ -55,22 +57,56 @@ def _cell(node: Mapping[str, Any], style: Style) -> str:
     return style.bad("x" * unhealthy) + "#" * used + "." * free
 
 
-def nodes_lines(report: Mapping[str, Any], style: Style, *, picture: bool = True) -> list[str]:
+def _wrap(tokens: list[str], indent: str, width: int = PICTURE_WIDTH) -> list[str]:
+    lines, line = [], ""
+    for token in tokens:
+        if line and len(indent) + len(line) + 1 + len(_plain(token)) > width:
+            lines.append(indent + line)
+            line = ""
+        line = f"{line} {token}" if line else token
+    return [*lines, indent + line] if line else lines
+
+
+def _plain(text: str) -> str:
+    return "".join(ch for ch in text.replace("\033[31m", "").replace("\033[0m", "") if ch.isprintable())
+
+
+def picture(report: Mapping[str, Any], style: Style) -> list[str]:
+    """The fabric: one line group per leaf under its spine, nodes as GPU cells, an NVLink domain of
+    several nodes in brackets."""
+    tree: dict[str, dict[str, dict[str, list[Mapping[str, Any]]]]] = {}
+    for node in report["nodes"]:
+        d = node["domains"]
+        tree.setdefault(str(d.get("spine") or "-"), {}).setdefault(str(d.get("leaf") or "-"), {}).setdefault(
+            str(d.get("nvlink") or node["name"]), []).append(node)
+    lines = ["Fabric (one character per GPU: # in use, . free, x unhealthy; [...] an NVLink domain of "
+             "several nodes):"]
+    for spine, leaves in tree.items():
+        lines.append(f"  spine {spine}")
+        for leaf, domains in leaves.items():
+            members = [n for group in domains.values() for n in group]
+            free = sum(int(n["free"]) for n in members)
+            total = sum(int(n["gpus"]) for n in members)
+            lines.append(f"    leaf {leaf} ({len(members)} nodes, {free}/{total} GPUs free)")
+            tokens = [" ".join(_cell(n, style) for n in group) if len(group) == 1
+                      else "[" + " ".join(_cell(n, style) for n in group) + "]" for group in domains.values()]
+            lines += _wrap(tokens, "      ")
+    return lines
+
+
+def nodes_lines(report: Mapping[str, Any], style: Style, *, picture_too: bool = True) -> list[str]:
     lines = ["Largest gang placeable now (GPUs, whole-node pods): " + ", ".join(
         f"{level} {gpus(n)}" for level, n in report["largestGang"].items())]
     for level in (lvl for lvl in _ORDER if lvl in report["levels"]):
-        rows = [[r["domain"], r["nodes"], r["gpus"], r["free"], r["unhealthy"]] for r in report["levels"][level]]
+        domains = report["levels"][level]
+        if level == "nvlink" and all(r["nodes"] == 1 for r in domains):
+            lines.append("nvlink: every NVLink domain is a single node")
+            continue
+        rows = [[r["domain"], r["nodes"], r["gpus"], r["free"], r["unhealthy"]] for r in domains]
         lines.append(f"{level}:")
         lines += table(["domain", "nodes", "gpus", "free", "unhealthy"], rows, indent="  ")
-    if picture:
-        lines.append("Fabric (one character per GPU: # in use, . free, x unhealthy):")
-        group: dict[str, list[Mapping[str, Any]]] = {}
-        for node in report["nodes"]:
-            d = node["domains"]
-            key = " / ".join(f"{lvl} {d[lvl]}" for lvl in ("spine", "leaf", "nvlink") if d.get(lvl))
-            group.setdefault(key or "cluster", []).append(node)
-        for key, members in group.items():
-            lines.append(f"  {key}: " + " ".join(_cell(n, style) for n in members))
+    if picture_too:
+        lines += picture(report, style)
     for node, why in report["quarantined"].items():
         lines.append(style.bad(f"quarantined {node}: {why}"))
     if report["hidden"].get("nodes"):

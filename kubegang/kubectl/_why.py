@@ -211,9 +211,12 @@ def why_lines(report: Mapping[str, Any], style: Style) -> list[str]:
     phase = report["phase"]
     colour = style.good if phase in ("Running", "Succeeded") else style.bad if phase in (
         "Unschedulable", "Failed") else style.warn
-    lines = [f"{style.bold('GPUJob ' + report['job'])}: {colour(phase)}"
-             + (f" ({report['reason']})" if report.get("reason") else "")
-             + f", {gpus(report['gpus'])} GPUs, priority {report['priority']}, queue {report['queue']}"]
+    size = f"{gpus(report['gpus'])} GPUs, priority {report['priority']}, queue {report['queue']}"
+    if report.get("whatIf"):
+        lines = [f"{style.bold('What if GPUJob ' + report['job'])} were submitted now ({size}; nothing is created):"]
+    else:
+        lines = [f"{style.bold('GPUJob ' + report['job'])}: {colour(phase)}"
+                 + (f" ({report['reason']})" if report.get("reason") else "") + f", {size}"]
     if report.get("message"):
         lines.append(f"  {report['message']}")
     pos = report.get("position")

@@ -52,7 +52,7 @@ def test_replay_answers_why_and_what_if_from_a_saved_snapshot(tmp_path: Path,
     manifest.write_text(json.dumps({k: v for k, v in job("try", "a", "team-a", 1).items() if k != "status"}))
     assert main(["replay", str(path), "-f", str(manifest), "-n", "a"]) == 0
     out = capsys.readouterr().out
-    assert "GPUJob a/try" in out and "Next cycle: would be admitted" in out
+    assert "What if GPUJob a/try were submitted now" in out and "Next cycle: would be admitted" in out
 
 
 def test_replay_of_a_missing_job_and_of_a_bad_file_say_which(tmp_path: Path,

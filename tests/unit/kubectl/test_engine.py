@@ -135,3 +135,20 @@ def test_nodes_report_counts_free_gpus_per_domain_and_the_largest_gang() -> None
     leaf = report["levels"]["leaf"]
     assert leaf == [{"domain": "h200-leaves", "nodes": 4, "gpus": 32, "free": 24, "unhealthy": 0}]
     assert report["largestGang"]["leaf"] == 24 and report["largestGang"]["node"] == 8
+
+
+def test_the_fabric_picture_is_one_line_group_per_leaf() -> None:
+    from kubegang.kubectl._nodes import nodes_lines
+    from kubegang.kubectl._render import Style
+
+    running = job("run", "a", "team-a", 1, phase="Running", reason="Running", on=["n0"])
+    report = nodes_report(Engine(cluster(running)))
+
+    class Plain(Style):
+        def __init__(self) -> None:
+            self.on = False
+
+    lines = nodes_lines(report, Plain())
+    assert "nvlink: every NVLink domain is a single node" in lines
+    leaf = lines.index("    leaf h200-leaves (4 nodes, 24/32 GPUs free)")
+    assert lines[leaf + 1] == "      ######## ........ ........ ........"

@@ -183,6 +183,9 @@ def why_report(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]
     report["quota"] = _quota(engine, job)
     report["placementNow"] = _placement_now(engine, job)
     report["estimate"] = _estimate(engine, job, now)
+    ahead = len(pos.ahead) if pos is not None else 0
+    if report["estimate"]["known"] and ahead:
+        report["estimate"]["basis"] += f"; nor the {ahead} job(s) ahead of it, which go first"
     report["nextCycle"] = _next_cycle(engine, job)
     message = str(cond.get("message") or "")
     if "backfill reservation" in message:
@@ -264,8 +267,8 @@ def why_lines(report: Mapping[str, Any], style: Style) -> list[str]:
     est = report.get("estimate")
     if est:
         if est["known"]:
-            lines.append(f"Estimate: could start in about {est['in']} (by {est['at']}), once "
-                         f"{', '.join(est['waitsFor']) or 'nothing'} end; {est['basis']}")
+            lines.append(f"Estimate: could start in about {est['in']} (by {est['at']}), when "
+                         f"{', '.join(est['waitsFor']) or 'nothing'} will have ended; {est['basis']}")
         else:
             lines.append(f"Estimate: none ({est['why']})")
     for kind, why in (report.get("hidden") or {}).items():

@@ -149,6 +149,9 @@ def _estimate(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]:
     if answer.victims is None:
         return {"known": False, "why": "the GPUs would not fit even after every gang with a known run time ends"}
     waits = list(dict.fromkeys([*for_quota, *answer.victims]))
+    if not waits:
+        return {"known": True, "at": now.isoformat(), "in": "0s", "waitsFor": [],
+                "basis": "nothing running has to end first"}
     latest = max((end for uid in waits if (end := ends.get(uid)) is not None), default=now)
     return {"known": True, "at": latest.isoformat(), "in": age(now, latest) if latest > now else "0s",
             "waitsFor": [engine.visible(uid).key if engine.visible(uid) else "(a job you cannot see)"  # type: ignore[union-attr]
@@ -185,7 +188,7 @@ def why_report(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]
     report["estimate"] = _estimate(engine, job, now)
     ahead = len(pos.ahead) if pos is not None else 0
     if report["estimate"]["known"] and ahead:
-        report["estimate"]["basis"] += f"; nor the {ahead} job(s) ahead of it, which go first"
+        report["estimate"]["basis"] += f" (not counting the {ahead} job(s) ahead of it, which go first)"
     report["nextCycle"] = _next_cycle(engine, job)
     message = str(cond.get("message") or "")
     if "backfill reservation" in message:
@@ -266,7 +269,9 @@ def why_lines(report: Mapping[str, Any], style: Style) -> list[str]:
         lines.append(f"Backfill: {report['backfillReservation']}")
     est = report.get("estimate")
     if est:
-        if est["known"]:
+        if est["known"] and not est["waitsFor"]:
+            lines.append(f"Estimate: {est['basis']}")
+        elif est["known"]:
             lines.append(f"Estimate: could start in about {est['in']} (by {est['at']}), when "
                          f"{', '.join(est['waitsFor']) or 'nothing'} will have ended; {est['basis']}")
         else:

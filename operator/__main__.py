@@ -63,6 +63,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--leader-election", type=_on_off, default=True, metavar="on|off", help="campaign for the Lease")
     p.add_argument("--identity", help="holderIdentity in the Lease (default: hostname)")
     p.add_argument("--lease-duration", type=int, default=15, help="Lease duration, seconds")
+    p.add_argument("--renew-deadline", type=float, default=10.0,
+                   help="the leader stops acting this long after its last renewal (< lease duration), seconds")
+    p.add_argument("--retry-period", type=float, default=2.0,
+                   help="how often the Lease is renewed or retried (< renew deadline), seconds")
     p.add_argument("--api-qps", type=_positive(float), default=200.0, help="client-side rate limit of API writes")
     p.add_argument("--api-burst", type=_positive(int), default=400, help="client-side burst of API writes")
     p.add_argument(
@@ -106,7 +110,8 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         metrics_port=args.metrics_port,
         leader_election=args.leader_election,
         lease_duration_seconds=args.lease_duration,
-        renew_interval_seconds=max(args.lease_duration / 3, 1.0),
+        renew_deadline_seconds=args.renew_deadline,
+        retry_period_seconds=args.retry_period,
         api_qps=args.api_qps,
         api_burst=args.api_burst,
         creation_concurrency=args.creation_concurrency,

@@ -32,6 +32,8 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from lightkube.core.exceptions import ApiError
+
 from kubegang.admission import (
     AdmissionCycle,
     Admit,
@@ -59,6 +61,7 @@ from kubegang.operator._conditions import (
 )
 from kubegang.operator._gang_objects import DEFAULT_MASTER_PORT, build_gang
 from kubegang.operator._job import JobView, status_fields, timestamp
+from kubegang.operator._leader import NotLeading
 from kubegang.operator._ports import KubePort, PlacementPort, QuotaPort
 from kubegang.operator._status_writer import StatusWriter
 
@@ -129,7 +132,7 @@ class Admission:
         self.clock = clock
         self.cycle: AdmissionCycle[JobView, Placement] = AdmissionCycle(quota, settings=settings)
         """The core cycle; it keeps its memos (Unschedulable, backoff, preemptions, reservations)."""
-        self.writer = writer or StatusWriter(kube, on_lost=cache.forget)
+        self.writer = writer or StatusWriter(kube, on_lost=cache.forget, versions=cache.versions)
         self._creating: dict[str, asyncio.Task[None]] = {}
         """UID → the background task creating that gang's objects."""
         self._creation_slots = asyncio.Semaphore(creation_concurrency)
@@ -268,9 +271,14 @@ class Admission:
     async def _confirm_and_create(self, job: JobView, status: dict[str, Any], placement: Placement) -> None:
         try:
             with _timed("record"):
-                await self.writer.write(job, status)
-        except Exception:
-            log.exception("recording the admission of %s failed; undoing", job.key)
+                await self.writer.write(job, status, fenced=True)
+        except Exception as exc:
+            if isinstance(exc, NotLeading) or (isinstance(exc, ApiError) and exc.status.code == 409):
+                # Fenced: this replica lost the Lease, or the job changed (another leader's decision,
+                # a user's edit) since it was read. Nothing was written; the job is decided again.
+                log.warning("admission of %s not recorded (%s); undoing", job.key, exc)
+            else:
+                log.exception("recording the admission of %s failed; undoing", job.key)
             self._creating.pop(job.uid, None)
             self._creation_slots.release()
             self.cache.forget(job.uid)

@@ -46,6 +46,9 @@ class ClusterCache:
     """The queue tree must be rebuilt before the next admission."""
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     """Set by every change; the leader's loops wait on it."""
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Newest resourceVersion known per job UID: the watch's, or a status write's answer (shared with
+    the StatusWriter, whose fenced writes use it as their precondition)."""
     _parsed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict, repr=False)
     """(generation, spec) each cached view was parsed from, by UID."""
 
@@ -60,7 +63,8 @@ class ClusterCache:
             if known is not None and parsed == (meta.get("generation"), body.get("spec")):
                 # Status-only change (most watch events of a burst are echoes of status writes): the
                 # spec parsed last time still holds, so skip the schema validation.
-                view = dataclasses.replace(known, status=body.get("status") or {})
+                view = dataclasses.replace(known, status=body.get("status") or {},
+                                           resource_version=str(meta.get("resourceVersion") or ""))
             else:
                 view = job_view(body)
         except JobSpecError as exc:
@@ -70,6 +74,8 @@ class ClusterCache:
             return None
         self.invalid_jobs.pop(uid, None)
         self.jobs[view.uid] = view
+        if view.resource_version:
+            self.versions[view.uid] = view.resource_version
         self._parsed[view.uid] = (meta.get("generation"), body.get("spec"))
         # The echo confirms the assumption once the API shows what was assumed.
         assumed = self.assumed.get(view.uid)
@@ -82,6 +88,7 @@ class ClusterCache:
         """Forget a deleted GPUJob and remember to release what it held."""
         if self.jobs.pop(uid, None) is not None:
             self.deleted.add(uid)
+        self.versions.pop(uid, None)
         self._parsed.pop(uid, None)
         self.invalid_jobs.pop(uid, None)
         self.assumed.pop(uid, None)

@@ -70,6 +70,8 @@ class JobView:
     the view read from the API, set on the views ``QuotaPort.flavor_options`` returns."""
     flavor_product: str | None = None
     """The GPU product placement must use because the assigned flavour is one (None: ``spec.gpuProduct``)."""
+    resource_version: str = ""
+    """metadata.resourceVersion as read: the precondition of a fenced status write."""
 
     @property
     def key(self) -> str:
@@ -198,6 +200,7 @@ def job_view(body: Mapping[str, Any]) -> JobView:
         namespace=str(meta.namespace),
         uid=str(meta.uid),
         generation=int(meta.generation or 1),
+        resource_version=str((body.get("metadata") or {}).get("resourceVersion") or ""),
         created=meta.creation_timestamp or dt.datetime.now(dt.UTC),
         spec=spec,
         status=body.get("status") or {},

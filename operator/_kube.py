@@ -3,7 +3,9 @@
 Each call has a timeout (the client's) and passes a client-side token bucket with an urgent and a
 background lane, so a burst of 500 jobs cannot flood the API server and reports never delay
 decisions; idempotence lives here too: AlreadyExists on create and NotFound on delete are success,
-which is what lets a new leader redo a half-finished step safely.
+which is what lets a new leader redo a half-finished step safely. Every write first asks the
+leader's ``fence`` (``LeaderElector.holds``), right before it is sent: a replica past its renew
+deadline writes nothing (``NotLeading``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx2
@@ -22,8 +24,10 @@ from lightkube.generic_resource import create_global_resource, create_namespaced
 from lightkube.resources.core_v1 import ConfigMap, Pod, Service
 from lightkube.types import PatchType
 
+from kubegang.operator import _metrics as metrics
 from kubegang.operator._conditions import now_rfc3339
 from kubegang.operator._job import JobView
+from kubegang.operator._leader import NotLeading
 
 log = logging.getLogger("kubegang.operator.kube")
 
@@ -95,14 +99,23 @@ def make_client(kubeconfig: str | None, *, timeout_seconds: float) -> AsyncClien
 class KubeApi:
     """KubePort over lightkube."""
 
-    def __init__(self, client: AsyncClient, limiter: RateLimiter, *, component: str = "kubegang-operator") -> None:
+    def __init__(self, client: AsyncClient, limiter: RateLimiter, *, component: str = "kubegang-operator",
+                 fence: Callable[[], bool] = lambda: True) -> None:
         self.client = client
         self.limiter = limiter
         self.component = component
         self.instance = f"{component}-{uuid.uuid4().hex[:8]}"
+        self.fence = fence
+        """Whether this replica may write now (the leader's renew deadline); checked before each call."""
+
+    def _fenced(self, what: str) -> None:
+        if not self.fence():
+            metrics.FENCED_WRITES.inc()
+            raise NotLeading(f"not leading any more: {what} not sent")
 
     async def create(self, manifest: Mapping[str, Any]) -> bool:
         await self.limiter.acquire()
+        self._fenced(f"create {manifest.get('kind')} {manifest.get('metadata', {}).get('name')}")
         try:
             await self.client.create(codecs.from_dict(dict(manifest)))
         except ApiError as exc:
@@ -113,6 +126,7 @@ class KubeApi:
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         await self.limiter.acquire()
+        self._fenced(f"delete {kind} {namespace}/{name}")
         try:
             await self.client.delete(_KINDS[kind], name, namespace=namespace)
         except ApiError as exc:
@@ -122,19 +136,25 @@ class KubeApi:
     async def reserve_background(self) -> None:
         await self.limiter.acquire(background=True)
 
-    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False) -> None:
+    async def patch_job_status(
+        self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False, resource_version: str | None = None
+    ) -> str | None:
         if not prepaid:
             await self.limiter.acquire()
-        await self.client.patch(
-            GPUJobResource.Status,
-            job.name,
-            {"status": dict(patch)},
-            namespace=job.namespace,
-            patch_type=PatchType.MERGE,
+        self._fenced(f"status of {job.key}")
+        body: dict[str, Any] = {"status": dict(patch)}
+        if resource_version:
+            # A merge patch that names a resourceVersion is a precondition: 409 if the job moved on.
+            body["metadata"] = {"resourceVersion": resource_version}
+        written = await self.client.patch(
+            GPUJobResource.Status, job.name, body, namespace=job.namespace, patch_type=PatchType.MERGE
         )
+        meta = getattr(written, "metadata", None)
+        return str(meta.resourceVersion) if meta is not None and meta.resourceVersion else None
 
     async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
         await self.limiter.acquire(background=True)
+        self._fenced(f"status of GPUQueue {name}")
         await self.client.patch(GPUQueueResource.Status, name, {"status": dict(patch)}, patch_type=PatchType.MERGE)
 
     async def event(self, job: JobView, reason: str, message: str, *, warning: bool = False) -> None:
@@ -162,6 +182,7 @@ class KubeApi:
         }
         try:
             await self.limiter.acquire(background=True)
+            self._fenced(f"event {reason} on {job.key}")
             await self.client.create(codecs.from_dict(manifest))
         except Exception as exc:
             # Events are for humans; losing one must not undo a scheduling decision.

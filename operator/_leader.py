@@ -1,9 +1,22 @@
-"""Lease-based leader election (coordination.k8s.io/v1 Lease), as client-go's leaderelection does it.
+"""Lease-based leader election (coordination.k8s.io/v1 Lease), fenced as client-go's leaderelection is.
 
 Kopf's peering only pauses operators that see each other; it does not guarantee a single writer.
 Here the replica that holds the Lease ``kubegang-operator`` is the only one that admits, evicts and
 writes status; every replica keeps its watch cache warm, so a standby takes over within one lease
 duration. Optimistic concurrency (resourceVersion) makes acquisition a compare-and-swap.
+
+Two leaders must never act at once, so the timings are client-go's, and they are a fence:
+
+- A standby takes the Lease only when the record it sees has not changed for ``lease_duration``
+  *by its own clock* since it first saw it (client-go's observed time), never by comparing the
+  holder's ``renewTime`` with a clock of its own: skewed clocks cannot shorten the wait.
+- The leader acts only until ``renew_deadline`` (shorter than the lease) after the start of its last
+  successful renewal, by a monotonic clock; a renewal that fails or cannot tell ("cannot tell" is
+  "not leader") is retried every ``retry_period`` until then. :meth:`LeaderElector.holds` is that
+  test, and every write the operator makes checks it first (``KubeApi``): a leader that was paused
+  (SIGSTOP, a long GC, a partitioned node) wakes up fenced, before it could write anything.
+- What may still be in flight when the deadline passes is refused by the API server: the write that
+  admits a job carries the job's resourceVersion (``StatusWriter.write(..., fenced=True)``).
 """
 
 from __future__ import annotations
@@ -12,6 +25,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 
 from lightkube import AsyncClient
@@ -23,6 +37,10 @@ from lightkube.resources.coordination_v1 import Lease
 from kubegang.operator import _metrics as metrics
 
 log = logging.getLogger("kubegang.operator.leader")
+
+
+class NotLeading(Exception):
+    """A write was refused because this replica may no longer act as the leader."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,13 +55,15 @@ class LeaseRecord:
     """spec.leaseDurationSeconds."""
 
 
-def may_acquire(record: LeaseRecord | None, identity: str, now: dt.datetime) -> bool:
-    """Whether ``identity`` may take (or keep) the lease described by ``record`` at ``now``."""
+def may_acquire(record: LeaseRecord | None, identity: str, *, unchanged_for: float) -> bool:
+    """Whether ``identity`` may take (or keep) the lease described by ``record``.
+
+    ``unchanged_for``: seconds since this replica first saw exactly this record (its own monotonic
+    clock); another holder's lease is free only once it went unrenewed for its whole duration.
+    """
     if record is None or not record.holder or record.holder == identity:
         return True
-    if record.renew_time is None:
-        return True
-    return now >= record.renew_time + dt.timedelta(seconds=record.duration_seconds)
+    return unchanged_for >= record.duration_seconds
 
 
 class LeaderElector:
@@ -57,26 +77,59 @@ class LeaderElector:
         identity: str,
         name: str = "kubegang-operator",
         lease_duration_seconds: int = 15,
-        renew_interval_seconds: float = 5.0,
+        renew_deadline_seconds: float = 10.0,
+        retry_period_seconds: float = 2.0,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        if not 0 < retry_period_seconds < renew_deadline_seconds < lease_duration_seconds:
+            raise ValueError(
+                f"leader election needs retry period ({retry_period_seconds}s) < renew deadline "
+                f"({renew_deadline_seconds}s) < lease duration ({lease_duration_seconds}s)"
+            )
         self.client = client
         self.namespace = namespace
         self.identity = identity
         self.name = name
         self.lease_duration_seconds = lease_duration_seconds
-        self.renew_interval_seconds = renew_interval_seconds
+        self.renew_deadline_seconds = renew_deadline_seconds
+        self.retry_period_seconds = retry_period_seconds
         self.clock = clock
+        self.monotonic = monotonic
         self.leading = asyncio.Event()
-        self._last_renewed: dt.datetime | None = None
+        self._valid_until = -float("inf")
+        """Monotonic time until which this replica may act: last successful renewal's start + deadline."""
+        self._observed: LeaseRecord | None = None
+        self._observed_at = 0.0
 
     @property
     def is_leader(self) -> bool:
-        """Whether this replica holds the Lease now."""
-        return self.leading.is_set()
+        """Whether this replica may act as the leader now (the fence; see the module docstring)."""
+        return self.holds()
+
+    def holds(self) -> bool:
+        """True while leading and inside the renew deadline of the last successful renewal."""
+        if not self.leading.is_set():
+            return False
+        if self.monotonic() < self._valid_until:
+            return True
+        self._step_down("renew deadline passed")
+        return False
+
+    def _step_down(self, why: str) -> None:
+        if self.leading.is_set():
+            log.warning("lost leadership (%s): %s", self.identity, why)
+            self.leading.clear()
+            metrics.IS_LEADER.set(0)
+
+    def _unchanged_for(self, record: LeaseRecord, now: float) -> float:
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        return now - self._observed_at
 
     async def try_acquire_or_renew(self) -> bool:
-        """One compare-and-swap attempt; returns whether this replica leads afterwards."""
+        """One compare-and-swap attempt; returns whether this replica holds the Lease afterwards."""
+        started = self.monotonic()
         now = self.clock()
         try:
             lease = await self.client.get(Lease, self.name, namespace=self.namespace)
@@ -101,12 +154,14 @@ class LeaderElector:
                 if exc.status.code == 409:
                     return False  # another replica created it first
                 raise
+            self._renewed(started)
             return True
         spec = lease.spec or LeaseSpec()
         record = LeaseRecord(
             spec.holderIdentity, spec.renewTime, spec.leaseDurationSeconds or self.lease_duration_seconds
         )
-        if not may_acquire(record, self.identity, now):
+        if not may_acquire(record, self.identity, unchanged_for=self._unchanged_for(record, started)):
+            self._step_down(f"the Lease is held by {record.holder}")
             return False
         if spec.holderIdentity != self.identity:
             spec.leaseTransitions = (spec.leaseTransitions or 0) + 1
@@ -121,39 +176,27 @@ class LeaderElector:
             if exc.status.code == 409:
                 return False
             raise
+        self._renewed(started)
         return True
+
+    def _renewed(self, started: float) -> None:
+        # Counted from before the request: the Lease was renewed no earlier than that.
+        self._valid_until = started + self.renew_deadline_seconds
 
     async def run(self) -> None:
         """Campaign forever: renew while leading, retry while not. Cancel to stop."""
         while True:
             try:
-                ok = await asyncio.wait_for(self.try_acquire_or_renew(), timeout=self.renew_interval_seconds)
-            except Exception as exc:
+                ok = await asyncio.wait_for(self.try_acquire_or_renew(), timeout=self.retry_period_seconds)
+            except Exception as exc:  # cannot tell: not a renewal, and the deadline decides
                 log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
                 ok = False
-            now = self.clock()
-            if ok:
-                self._last_renewed = now
-                if not self.leading.is_set():
-                    log.info("became leader (%s)", self.identity)
+            if ok and not self.leading.is_set():
+                log.info("became leader (%s)", self.identity)
                 self.leading.set()
-            elif self.leading.is_set():
-                # Failing to renew is tolerated until the lease would have expired for others.
-                expired = self._last_renewed is None or now >= self._last_renewed + dt.timedelta(
-                    seconds=self.lease_duration_seconds
-                )
-                if expired or not await self._still_ours():
-                    log.warning("lost leadership (%s)", self.identity)
-                    self.leading.clear()
+            self.holds()  # steps down once the deadline has passed without a renewal
             metrics.IS_LEADER.set(1 if self.leading.is_set() else 0)
-            await asyncio.sleep(self.renew_interval_seconds)
-
-    async def _still_ours(self) -> bool:
-        try:
-            lease = await self.client.get(Lease, self.name, namespace=self.namespace)
-        except Exception:
-            return True  # cannot tell; the expiry check above bounds how long we keep acting
-        return bool(lease.spec and lease.spec.holderIdentity == self.identity)
+            await asyncio.sleep(self.retry_period_seconds)
 
     async def release(self) -> None:
         """Give the Lease up at shutdown so the standby need not wait for it to expire."""
@@ -180,6 +223,10 @@ class AlwaysLeader:
 
     @property
     def is_leader(self) -> bool:
+        """Always True."""
+        return True
+
+    def holds(self) -> bool:
         """Always True."""
         return True
 

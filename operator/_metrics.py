@@ -42,3 +42,8 @@ QUEUE_WAIT_SECONDS = Histogram(
     buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200),
 )
 IS_LEADER = Gauge("kubegang_operator_is_leader", "1 while this replica holds the leader Lease.", registry=REGISTRY)
+FENCED_WRITES = Counter(
+    "kubegang_operator_fenced_writes_total",
+    "Writes this replica refused to send because it was past its leader renew deadline.",
+    registry=REGISTRY,
+)

@@ -86,8 +86,12 @@ class KubePort(Protocol):
         """Wait for, and take, one write of the background lane (used before a ``prepaid`` write)."""
         ...
 
-    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False) -> None:
-        """Merge-patch ``job``'s status subresource (urgent lane, unless ``reserve_background`` paid)."""
+    async def patch_job_status(
+        self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False, resource_version: str | None = None
+    ) -> str | None:
+        """Merge-patch ``job``'s status subresource (urgent lane, unless ``reserve_background`` paid);
+        with ``resource_version``, only if the job is still at that version (409 otherwise). Returns the
+        job's new resourceVersion when the API said it."""
         ...
 
     async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:

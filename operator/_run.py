@@ -74,10 +74,12 @@ async def run(settings: OperatorSettings) -> None:
             namespace=settings.namespace,
             identity=settings.identity,
             lease_duration_seconds=settings.lease_duration_seconds,
-            renew_interval_seconds=settings.renew_interval_seconds,
+            renew_deadline_seconds=settings.renew_deadline_seconds,
+            retry_period_seconds=settings.retry_period_seconds,
         )
     else:
         elector = AlwaysLeader()
+    kube.fence = elector.holds  # every write checks the renew deadline right before it is sent
 
     async def resync(c: ClusterCache) -> None:
         await resync_from_api(client, c)

@@ -34,9 +34,13 @@ class OperatorSettings:
     identity: str = dataclasses.field(default_factory=socket.gethostname)
     """This replica's holderIdentity in the Lease (the pod name in a cluster)."""
     lease_duration_seconds: int = 15
-    """How long a Lease stays valid without renewal; a standby takes over after at most this."""
-    renew_interval_seconds: float = 5.0
-    """How often the leader renews the Lease (and a standby retries)."""
+    """How long a Lease stays valid without renewal: a standby takes over once the record it sees went
+    unchanged this long by its own clock (client-go's default)."""
+    renew_deadline_seconds: float = 10.0
+    """The leader acts only this long after the start of its last successful renewal, then stops
+    before any standby may take over (must be below ``lease_duration_seconds``; client-go: 10 of 15)."""
+    retry_period_seconds: float = 2.0
+    """How often the leader renews and a standby retries (client-go: 2 s)."""
     api_qps: float = 200.0
     """Client-side rate limit of Kubernetes writes, calls per second on average (decisions first;
     Events and waiting reasons use what decisions leave). See docs/operator.md for the choice."""

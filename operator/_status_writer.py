@@ -12,6 +12,11 @@ admission in the API. So every status write of a job goes through here:
 A per-job lock around the actual call keeps the order in which writes were decided. A background
 worker pays for its token *before* taking that lock, so an urgent write never waits behind a
 background one that is itself waiting for a token.
+
+``versions`` is the newest resourceVersion known of each job (the watch's, or a write's answer, which
+the watch may not have echoed yet). A ``fenced`` write carries it as a precondition: the API server
+refuses it (409) if anyone wrote the job since, so a deposed leader's late admission fails instead of
+admitting a job a second time.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from kubegang.operator._job import JobView
@@ -31,8 +36,11 @@ log = logging.getLogger("kubegang.operator.status")
 class StatusWriter:
     """Ordered, two-lane writer of GPUJob status (see the module docstring)."""
 
-    def __init__(self, kube: KubePort, *, on_lost: Callable[[str], None], workers: int = 4) -> None:
+    def __init__(self, kube: KubePort, *, on_lost: Callable[[str], None], workers: int = 4,
+                 versions: MutableMapping[str, str] | None = None) -> None:
         self.kube = kube
+        self.versions: MutableMapping[str, str] = versions if versions is not None else {}
+        """Job UID -> newest resourceVersion known (shared with the cache, which the watch updates)."""
         self.on_lost = on_lost
         """Called with a job UID when its background write failed and nothing newer was written: the
         caller drops its assumption, so the next cycle sees the API's status and decides again."""
@@ -47,14 +55,23 @@ class StatusWriter:
         self._idle.set()
         self._busy = 0
 
-    async def write(self, job: JobView, patch: Mapping[str, Any]) -> None:
-        """Write ``patch`` now (urgent lane), after any write of the same job already under way."""
+    async def write(self, job: JobView, patch: Mapping[str, Any], *, fenced: bool = False) -> None:
+        """Write ``patch`` now (urgent lane), after any write of the same job already under way.
+
+        ``fenced``: only if the job is unchanged since its newest known version (a decision that must
+        not land twice); a conflict raises the API's 409 and the caller undoes the decision.
+        """
         async with self._job_lock(job.uid):
             queued = self._pending.pop(job.uid, None)
             merged = {**queued[1], **patch} if queued else dict(patch)
             self._writes[job.uid] = self._writes.get(job.uid, 0) + 1
             self._note_idle()
-            await self.kube.patch_job_status(job, merged)
+            precondition = (self.versions.get(job.uid) or job.resource_version or None) if fenced else None
+            self._note_version(job.uid, await self.kube.patch_job_status(job, merged, resource_version=precondition))
+
+    def _note_version(self, uid: str, version: str | None) -> None:
+        if version:
+            self.versions[uid] = version
 
     def later(self, job: JobView, patch: Mapping[str, Any]) -> None:
         """Queue ``patch`` for the background lane; merges with a patch of the job still waiting."""
@@ -138,7 +155,7 @@ class StatusWriter:
             job, patch = queued
             self._writes[uid] = before = self._writes.get(uid, 0) + 1
             try:
-                await self.kube.patch_job_status(job, patch, prepaid=True)
+                self._note_version(uid, await self.kube.patch_job_status(job, patch, prepaid=True))
             except Exception as exc:
                 log.warning("could not write the status of %s: %s", job.key, exc)
                 if self._writes.get(uid) == before and uid not in self._pending:

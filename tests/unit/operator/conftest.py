@@ -63,6 +63,9 @@ def job_body() -> Any:
 
 from collections.abc import Mapping, Sequence  # noqa: E402
 
+from lightkube.core.exceptions import ApiError  # noqa: E402
+from lightkube.models.meta_v1 import Status  # noqa: E402
+
 from kubegang.extender._authority import RepairOutcome, ReserveOutcome, WhatIfOutcome  # noqa: E402
 from kubegang.extender._ledger import Ledger  # noqa: E402
 from kubegang.operator._cache import ClusterCache  # noqa: E402
@@ -161,6 +164,8 @@ class FakeKube:
         self.status: dict[str, list[dict[str, Any]]] = {}
         self.events: list[tuple[str, str, str, bool]] = []
         self.fail_create: str | None = None
+        self.versions: dict[str, int] = {}
+        """Job key -> resourceVersion (counts status writes, from the job's own version)."""
         self.background_writes = 0
 
     async def create(self, manifest: Mapping[str, Any]) -> bool:
@@ -180,8 +185,16 @@ class FakeKube:
     async def reserve_background(self) -> None:
         self.background_writes += 1
 
-    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False) -> None:
+    async def patch_job_status(
+        self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False, resource_version: str | None = None
+    ) -> str | None:
+        """Like the API server: a named resourceVersion is a precondition (409 when the job moved on)."""
+        current = self.versions.get(job.key, int(job.resource_version or 0))
+        if resource_version is not None and resource_version != str(current):
+            raise ApiError(status=Status(code=409, reason="Conflict", message=f"{job.key} is at {current}"))
+        self.versions[job.key] = current + 1
         self.status.setdefault(job.key, []).append(dict(patch))
+        return str(current + 1)
 
     async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
         self.status.setdefault(f"queue/{name}", []).append(dict(patch))

@@ -6,20 +6,10 @@ from typing import Any
 
 from kubegang.operator._controller import queue_status
 from kubegang.operator._kube import RateLimiter
-from kubegang.operator._leader import LeaseRecord, may_acquire
 
 from .conftest import gpu_queue
 
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
-
-
-def test_lease_is_taken_only_when_free_ours_or_expired() -> None:
-    held = LeaseRecord("replica-a", T0, 15)
-    assert may_acquire(None, "replica-b", T0)
-    assert may_acquire(held, "replica-a", T0 + dt.timedelta(seconds=5))
-    assert not may_acquire(held, "replica-b", T0 + dt.timedelta(seconds=14))
-    assert may_acquire(held, "replica-b", T0 + dt.timedelta(seconds=15))
-    assert may_acquire(LeaseRecord(None, T0, 15), "replica-b", T0)
 
 
 async def test_rate_limiter_spaces_calls_after_the_burst() -> None:

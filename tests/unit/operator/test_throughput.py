@@ -43,11 +43,14 @@ class SlowKube:
     async def reserve_background(self) -> None:
         await asyncio.sleep(0.01)
 
-    async def patch_job_status(self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False) -> None:
+    async def patch_job_status(
+        self, job: JobView, patch: Mapping[str, Any], *, prepaid: bool = False, resource_version: str | None = None
+    ) -> str | None:
         await asyncio.sleep(0.01)
         if self.fail:
             raise RuntimeError("apiserver unavailable")
         self.written.append(dict(patch))
+        return None
 
 
 async def test_a_queued_report_never_lands_after_the_admission_that_followed_it(job_body: Any, cache: Any) -> None:

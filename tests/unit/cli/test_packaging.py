@@ -77,3 +77,18 @@ def test_plan_by_shape_name_from_the_installed_wheel_outside_the_repo(wheel: Pat
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "placed 16 x 8 GPUs within leaf" in proc.stdout
+
+
+def test_the_wheel_declares_kubectl_gang_and_it_answers_help(wheel: Path, tmp_path: Path) -> None:
+    """docs/install.md: ``pip install kubegang`` puts ``kubectl-gang`` on PATH (kubectl runs it as ``kubectl gang``)."""
+    archive = zipfile.ZipFile(wheel)
+    entry_points = next(n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt"))
+    assert "kubectl-gang = kubegang.kubectl:main" in archive.read(entry_points).decode()
+    site = tmp_path / "site"
+    archive.extractall(site)
+    script = "import sys; sys.path.insert(0, sys.argv[1]); import kubegang.kubectl as k; sys.exit(k.main(['--help']))"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "-c", script, str(site)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "usage: kubectl gang" in proc.stdout

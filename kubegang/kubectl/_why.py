@@ -19,7 +19,7 @@ from kubegang.operator._conditions import CondType, get_condition, parse_rfc3339
 from kubegang.operator._extender_placement import gang_request
 from kubegang.operator._job import JobView
 from kubegang.placement import MILLI, Placement, Unplaceable
-from kubegang.quota import Refusal, Unschedulable
+from kubegang.quota import LimitKind, Refusal, Unschedulable
 
 _PHASE_CONDITION = {
     "Queued": CondType.QUEUED, "Unschedulable": CondType.UNSCHEDULABLE, "Admitted": CondType.ADMITTED,
@@ -61,8 +61,10 @@ def _quota(engine: Engine, job: JobView) -> dict[str, Any]:
             if isinstance(decision, Refusal | Unschedulable):
                 row["shortfalls"] = [{"flavor": s.flavor, "needs": s.needed / MILLI,
                                       "available": s.available / MILLI} for s in decision.shortfalls]
-            row["available"] = {f: v / MILLI for f, v in engine.book.tree.available(job.queue).items() if v}
-            row["lent"] = {f: v / MILLI for f, v in engine.book.tree.lent(job.queue).items()}
+            if option.flavor is not None:
+                limit = engine.book.tree.binding_limit(job.queue, option.flavor)
+                row["binds"] = {"kind": limit.kind.value, "queue": limit.queue, "available": limit.available / MILLI,
+                                "withinNominal": limit.within_nominal / MILLI, "lent": limit.lent / MILLI}
         out.append(row)
     return {"fits": any(r["fits"] for r in out), "flavors": out}
 
@@ -186,9 +188,9 @@ def why_report(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]
     report["quota"] = _quota(engine, job)
     report["placementNow"] = _placement_now(engine, job)
     report["estimate"] = _estimate(engine, job, now)
-    ahead = len(pos.ahead) if pos is not None else 0
-    if report["estimate"]["known"] and ahead:
-        report["estimate"]["basis"] += f" (not counting the {ahead} job(s) ahead of it, which go first)"
+    first = len(pos.ahead) if pos is not None else 0
+    if report["estimate"]["known"] and first:
+        report["estimate"]["basis"] += f" (not counting the {first} job(s) ahead of it, which go first)"
     report["nextCycle"] = _next_cycle(engine, job)
     message = str(cond.get("message") or "")
     if "backfill reservation" in message:
@@ -196,6 +198,15 @@ def why_report(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]
     if cond.get("reason") == WaitReason.PREEMPTING.value:
         report["preempting"] = message
     return report
+
+
+_LIMIT_WORDS = {
+    LimitKind.NOMINAL.value: "bound by its nominal (queue {queue} has no parent to borrow from)",
+    LimitKind.BORROWING_LIMIT.value: "bound by the borrowingLimit of queue {queue}",
+    LimitKind.POOL.value: "bound by what queue {queue}'s tree has unused (its queues' nominal less what they "
+                          "keep and use)",
+}
+"""How the why page says which limit binds (``kubegang.quota.LimitKind``)."""
 
 
 def _quota_line(report: Mapping[str, Any], said: str) -> list[str]:
@@ -206,6 +217,9 @@ def _quota_line(report: Mapping[str, Any], said: str) -> list[str]:
         numbers = "; ".join(f"needs {gpus(s['needs'])}, can get {gpus(s['available'])}"
                             for s in row.get("shortfalls", []))
         line = f"  {row['flavor']}: {state}" + (f" ({numbers})" if numbers else "")
+        binds = row.get("binds")
+        if binds and not row["fits"] and not row["never"]:
+            line += f"; {_LIMIT_WORDS[binds['kind']].format(**binds)}"
         if row["reason"] and row["reason"] not in said:
             line += f": {row['reason']}"
         out.append(line)

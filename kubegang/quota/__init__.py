@@ -36,18 +36,20 @@ from kubegang.quota._spec import (
     WithinQueue,
     validate_specs,
 )
-from kubegang.quota._tree import FairSharing, QueueStatus, QuotaTree
+from kubegang.quota._tree import BindingLimit, FairSharing, LimitKind, QueueStatus, QuotaTree
 
 __all__ = [
     "DEFAULT_RESERVE_AFTER_SECONDS",
     "Backfill",
     "BackfillPolicy",
+    "BindingLimit",
     "BorrowWithinParent",
     "Candidate",
     "CandidateReason",
     "Decision",
     "FairSharing",
     "FlavorQuota",
+    "LimitKind",
     "Ok",
     "PendingJob",
     "PendingQueues",

@@ -20,6 +20,7 @@ trace. Every update walks one path to the root: O(depth x flavours).
 from __future__ import annotations
 
 import contextlib
+import enum
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -102,12 +103,38 @@ class QueueStatus:
     """Weighted dominant share of what it borrows (0 when it borrows nothing)."""
 
 
+class LimitKind(enum.StrEnum):
+    """Which constraint bounds what a job of a queue can get beyond its queue's unused nominal."""
+
+    NOMINAL = "nominal"
+    """A root queue: its own nominal is all there is (no parent to borrow from)."""
+    BORROWING_LIMIT = "borrowingLimit"
+    """The ``borrowingLimit`` of the queue or of an ancestor."""
+    POOL = "pool"
+    """What the tree has unused: its queues' nominal, less what they keep (``lendingLimit``) and use."""
+
+
 @dataclass(frozen=True)
 class _Limit:
     """Which constraint bounds what a queue can get from above."""
 
     node: _Node
-    kind: str  # "borrowingLimit" or "pool"
+    kind: LimitKind
+
+
+@dataclass(frozen=True)
+class BindingLimit:
+    """What a job of a queue can get now of one flavour, and the constraint that bounds it."""
+
+    kind: LimitKind
+    queue: str
+    """The queue whose ``borrowingLimit`` binds, or the root whose pool (or nominal) does."""
+    available: int
+    """What a new job of the queue could take now."""
+    within_nominal: int
+    """Of that, what the queue's own unused nominal holds."""
+    lent: int
+    """The queue's unused nominal that other queues use now (reclaimable by preemption)."""
 
 
 class QuotaTree:
@@ -198,6 +225,19 @@ class QuotaTree:
             if amount:
                 out[flavor] = amount
         return out
+
+    def binding_limit(self, queue: str, flavor: str) -> BindingLimit:
+        """What a job of ``queue`` can get of ``flavor`` now and which limit binds (the numbers a
+        refusal's reason prints, as data)."""
+        node = self._node(queue)
+        if flavor not in node.quota:
+            return BindingLimit(LimitKind.NOMINAL, queue, 0, 0, 0)
+        avail, limit = self._available(node, flavor)
+        avail = max(0, avail)
+        lent = _lent(node, flavor, avail)
+        kind = LimitKind.NOMINAL if node.parent is None else limit.kind
+        unused = max(0, node.nominal[flavor] - node.usage[flavor])
+        return BindingLimit(kind, limit.node.name, avail, unused - lent, lent)
 
     def status(self, queue: str) -> QueueStatus:
         from kubegang.quota._fairshare import dominant_share
@@ -415,7 +455,7 @@ class QuotaTree:
         path = node.path
         root = path[-1]
         avail = root.quota[flavor] - root.charged[flavor]
-        limit = _Limit(root, "pool")
+        limit = _Limit(root, LimitKind.POOL)
         for n in reversed(path[:-1]):
             kept = n.guaranteed[flavor]
             charged = n.charged[flavor]
@@ -423,7 +463,7 @@ class QuotaTree:
             if cap is not None:
                 most = n.quota[flavor] - kept - max(0, charged - kept) + cap
                 if most < avail:
-                    avail, limit = most, _Limit(n, "borrowingLimit")
+                    avail, limit = most, _Limit(n, LimitKind.BORROWING_LIMIT)
             avail = max(0, kept - charged) + avail
         return avail, limit
 
@@ -457,12 +497,12 @@ class QuotaTree:
         path = node.path
         root = path[-1]
         most = root.quota[flavor]
-        limit = _Limit(root, "pool")
+        limit = _Limit(root, LimitKind.POOL)
         for n in reversed(path[:-1]):
             most = n.guaranteed[flavor] + most
             cap = n.borrowing[flavor]
             if cap is not None and n.quota[flavor] + cap < most:
-                most, limit = n.quota[flavor] + cap, _Limit(n, "borrowingLimit")
+                most, limit = n.quota[flavor] + cap, _Limit(n, LimitKind.BORROWING_LIMIT)
         return most, limit
 
     def _not_a_leaf(self, queue: str) -> str:
@@ -498,7 +538,7 @@ class QuotaTree:
             return text + ", no parent to borrow from"
         text += f", can borrow {q(more)} more"
         lim = limit.node
-        if limit.kind == "borrowingLimit":
+        if limit.kind is LimitKind.BORROWING_LIMIT:
             borrowed = max(0, lim.charged[flavor] - lim.quota[flavor])
             cap = q(lim.borrowing[flavor] or 0)
             if lim is node:
@@ -516,7 +556,7 @@ def _lent(node: _Node, flavor: str, avail: int) -> int:
 
 def _describe_potential(limit: _Limit, flavor: str, most: int, q: Callable[[int], str]) -> str:
     n = limit.node
-    if limit.kind == "borrowingLimit":
+    if limit.kind is LimitKind.BORROWING_LIMIT:
         return f"quota {q(n.quota[flavor])} + borrowingLimit {q(n.borrowing[flavor] or 0)} of queue {n.name}"
     total = _total_nominal(n, flavor)
     if total > most:

@@ -41,6 +41,8 @@ def test_quota_blocked_job_shows_the_tree_s_refusal_its_position_and_the_job_ahe
     expected = engine.book.tree.can_admit("team-a", engine.book.usage_of(engine.book.flavor_options(first_view)[0]))
     assert quota["reason"] == expected.reason
     assert "needs 24 NVIDIA-H200 but can get 16 now" in quota["reason"]
+    # The limit that binds, as data: org's pool (team-b lends its 16 unused).
+    assert quota["binds"] == {"kind": "pool", "queue": "org", "available": 16.0, "withinNominal": 0.0, "lent": 0.0}
     # The dry-run cycle: first stays queued on quota, second (8 GPUs) is admitted past it (backfill).
     assert first_report["nextCycle"]["result"] == "Queued"
     assert first_report["nextCycle"]["reason"] == "QuotaExhausted"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kubegang.quota import (
     FlavorQuota,
+    LimitKind,
     PendingJob,
     PendingQueues,
     QueueSpec,
@@ -74,3 +75,21 @@ def test_lent_is_the_unused_nominal_others_use_now() -> None:
     assert t.lent("b") == {}
     decision = t.can_admit("a", {H100: 8})
     assert "4 lent to other queues" in decision.reason
+
+
+def test_binding_limit_names_the_constraint_and_its_numbers() -> None:
+    t = QuotaTree([
+        QueueSpec("org", quotas={H100: FlavorQuota(0)}),
+        QueueSpec("a", parent="org", quotas={H100: FlavorQuota(8, borrowing_limit=4)}),
+        QueueSpec("b", parent="org", quotas={H100: FlavorQuota(8)}),
+        QueueSpec("solo", quotas={H100: FlavorQuota(8)}),
+    ])
+    assert t.admit("x", "a", {H100: 6})
+    limit = t.binding_limit("a", H100)
+    assert (limit.kind, limit.queue, limit.available, limit.within_nominal, limit.lent) == (
+        LimitKind.BORROWING_LIMIT, "a", 6, 2, 0)
+    assert t.can_admit("a", {H100: 7}).shortfalls[0].available == limit.available
+    assert t.admit("y", "b", {H100: 10})  # b borrows the 2 a does not use
+    pool = t.binding_limit("a", H100)
+    assert (pool.kind, pool.queue, pool.available, pool.lent) == (LimitKind.POOL, "org", 0, 2)
+    assert t.binding_limit("solo", H100).kind is LimitKind.NOMINAL

@@ -30,6 +30,7 @@ import httpx2
 from pydantic import ValidationError
 
 from kubegang.api.gpunode import GPUNodeStatus
+from kubegang.backoff import Backoff
 from kubegang.extender._ledger import Ledger
 from kubegang.extender._metrics import ExtenderMetrics
 from kubegang.extender._pods import REQUEUE_ANNOTATION
@@ -100,12 +101,20 @@ class ClusterFeed:
     """Keeps a :class:`Ledger` in step with the API server."""
 
     def __init__(self, client: httpx2.AsyncClient, ledger: Ledger, metrics: ExtenderMetrics,
-                 *, retry_seconds: float = 1.0) -> None:
+                 *, retry_seconds: float = 1.0, max_retry_seconds: float = 30.0) -> None:
         self.client = client
         self.ledger = ledger
         self.metrics = metrics
         self.retry_seconds = retry_seconds
+        """Ceiling of the first delay after a failed list or watch; it doubles per failure (jittered)."""
+        self.max_retry_seconds = max(max_retry_seconds, retry_seconds)
+        """Cap of that ceiling."""
         self._known: dict[str, set[str]] = {}
+
+    def _backoff(self) -> Backoff:
+        """One per retry loop (``kubegang.backoff``): after an API server restart the extender's watches
+        come back spread out and less often while it stays down, not every ``retry_seconds`` in step."""
+        return Backoff(initial_seconds=self.retry_seconds, max_seconds=self.max_retry_seconds)
 
     async def requeue(self, pods: list[tuple[str, str]]) -> int:
         """Annotate waiting pods so kube-scheduler retries them (the ledger says which, and when).
@@ -226,43 +235,51 @@ class ClusterFeed:
         return rv
 
     async def follow(self, resource: Resource, rv: str) -> None:
-        """Watch ``resource`` forever: reconnect on end or error, relist on 410 Gone."""
+        """Watch ``resource`` forever: reconnect on end or error (jittered backoff), relist on 410 Gone."""
+        backoff = self._backoff()
         while True:
             try:
                 rv = await self.watch_once(resource, rv)
                 self.metrics.watch_restarts.labels(resource.name, "closed").inc()
+                backoff.reset()  # a stream that ended normally: reconnect at once
             except Gone:
                 log.info("watch on %s: resourceVersion %s expired; relisting", resource.name, rv)
                 self.metrics.watch_restarts.labels(resource.name, "gone").inc()
                 rv = await self._retrying(self.resync, resource)
             except (httpx2.HTTPError, json.JSONDecodeError, OSError) as exc:
-                log.warning("watch on %s failed (%s); retrying in %.1fs", resource.name, exc, self.retry_seconds)
+                delay = backoff.next_delay()
+                log.warning("watch on %s failed (%s); retrying in %.1fs", resource.name, exc, delay)
                 self.metrics.watch_restarts.labels(resource.name, "error").inc()
-                await asyncio.sleep(self.retry_seconds)
+                await asyncio.sleep(delay)
             except Exception:
                 # A bug must not stop the ledger from following the cluster: log it loudly, go on.
-                log.exception("watch on %s: unexpected error; retrying in %.1fs", resource.name, self.retry_seconds)
+                delay = backoff.next_delay()
+                log.exception("watch on %s: unexpected error; retrying in %.1fs", resource.name, delay)
                 self.metrics.watch_restarts.labels(resource.name, "error").inc()
-                await asyncio.sleep(self.retry_seconds)
+                await asyncio.sleep(delay)
 
     async def _retrying(self, call: Callable[[Resource], Any], resource: Resource) -> str:
+        backoff = self._backoff()
         while True:
             try:
                 result: str = await call(resource)
                 return result
             except (httpx2.HTTPError, json.JSONDecodeError, OSError) as exc:
-                log.warning("relist of %s failed (%s); retrying", resource.name, exc)
-                await asyncio.sleep(self.retry_seconds)
+                delay = backoff.next_delay()
+                log.warning("relist of %s failed (%s); retrying in %.1fs", resource.name, exc, delay)
+                await asyncio.sleep(delay)
 
     async def run(self) -> None:
-        """Initial sync (retried until it succeeds), then follow every resource."""
+        """Initial sync (retried with jittered backoff until it succeeds), then follow every resource."""
+        backoff = self._backoff()
         while True:
             try:
                 versions = await self.initial_sync()
                 break
             except (httpx2.HTTPError, json.JSONDecodeError, OSError) as exc:
-                log.warning("initial list failed (%s); retrying in %.1fs", exc, self.retry_seconds)
-                await asyncio.sleep(self.retry_seconds)
+                delay = backoff.next_delay()
+                log.warning("initial list failed (%s); retrying in %.1fs", exc, delay)
+                await asyncio.sleep(delay)
         async with asyncio.TaskGroup() as group:
             for resource in (NODES, GPUNODES, PODS, GPUJOBS):
                 group.create_task(self.follow(resource, versions[resource.name]))

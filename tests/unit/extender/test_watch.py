@@ -44,7 +44,7 @@ class FakeApi:
 
 def _feed(api: FakeApi) -> ClusterFeed:
     client = httpx2.AsyncClient(transport=httpx2.MockTransport(api.handler), base_url="https://api")
-    return ClusterFeed(client, Ledger(), ExtenderMetrics(), retry_seconds=0)
+    return ClusterFeed(client, Ledger(), ExtenderMetrics(), retry_seconds=0.001)
 
 
 def _free(ledger: Ledger) -> dict[str, int]:
@@ -100,7 +100,7 @@ async def test_requeue_annotates_waiting_pods_and_tolerates_vanished_ones() -> N
         return httpx2.Response(200, json={})
 
     client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler), base_url="https://api")
-    feed = ClusterFeed(client, Ledger(), ExtenderMetrics(), retry_seconds=0)
+    feed = ClusterFeed(client, Ledger(), ExtenderMetrics(), retry_seconds=0.001)
     assert await feed.requeue([("ns", "a"), ("ns", "gone"), ("ns", "forbidden"), ("other", "b")]) == 2
     assert [p[0] for p in patches] == ["/api/v1/namespaces/ns/pods/a", "/api/v1/namespaces/ns/pods/gone",
                                        "/api/v1/namespaces/ns/pods/forbidden", "/api/v1/namespaces/other/pods/b"]

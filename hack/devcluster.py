@@ -48,6 +48,8 @@ CONTROLLERS = ",".join([
     "ttl-after-finished-controller", "statefulset-controller",
     # Removes the not-ready taint that admission puts on every new node once kwok reports Ready.
     "node-lifecycle-controller",
+    # Fills the built-in edit/admin/view roles from the chart's aggregated user roles, as in any cluster.
+    "clusterrole-aggregation-controller",
 ])
 
 
@@ -176,15 +178,29 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def start(paths: Paths, name: str, argv: list[str], env: dict[str, str] | None = None) -> int:
+def start(paths: Paths, name: str, argv: list[str], env: dict[str, str] | None = None, *,
+          restart: bool = False) -> int:
+    """Start ``argv`` detached; ``restart``: under ``hack/supervise.py``, which starts it again when it
+    exits, as the kubelet does for the control plane's static pods. ``<name>.pid`` is the process
+    itself either way (what tests signal); the supervisor's is ``<name>.supervisor.pid``."""
     paths.logs.mkdir(parents=True, exist_ok=True)
     paths.pids.mkdir(parents=True, exist_ok=True)
     logf = (paths.logs / f"{name}.log").open("ab")
-    proc = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    pid_file = paths.pids / f"{name}.pid"
+    pid_file.unlink(missing_ok=True)
+    command = [sys.executable, str(HACK / "supervise.py"), str(pid_file), "--", *argv] if restart else argv
+    proc = subprocess.Popen(command, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             start_new_session=True, cwd=paths.root, env={**os.environ, **(env or {})})
-    (paths.pids / f"{name}.pid").write_text(str(proc.pid))
-    log(f"started {name} (pid {proc.pid}), log {paths.logs / (name + '.log')}")
-    return proc.pid
+    if restart:
+        (paths.pids / f"{name}.supervisor.pid").write_text(str(proc.pid))
+        deadline = time.monotonic() + 10
+        while recorded_pid(paths, name) is None and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+    else:
+        pid_file.write_text(str(proc.pid))
+    pid = recorded_pid(paths, name) or proc.pid
+    log(f"started {name} (pid {pid}{', restarted on exit' if restart else ''}), log {paths.logs / (name + '.log')}")
+    return pid
 
 
 def recorded_pid(paths: Paths, name: str) -> int | None:
@@ -195,6 +211,17 @@ def recorded_pid(paths: Paths, name: str) -> int | None:
 
 
 def stop(paths: Paths, name: str, timeout: float = 10.0) -> None:
+    supervisor = recorded_pid(paths, f"{name}.supervisor")
+    if supervisor is not None:
+        # The supervisor stops its process and does not restart it.
+        if pid_alive(supervisor):
+            os.kill(supervisor, signal.SIGTERM)
+            deadline = time.monotonic() + timeout + 2
+            while pid_alive(supervisor) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if pid_alive(supervisor):
+                os.killpg(supervisor, signal.SIGKILL)
+        (paths.pids / f"{name}.supervisor.pid").unlink(missing_ok=True)
     pid = recorded_pid(paths, name)
     if pid is None:
         return
@@ -305,7 +332,7 @@ def up(paths: Paths, shapes: list[str], timeout: float) -> None:
         "--initial-cluster", f"kubegang-dev=http://127.0.0.1:{ports['etcd-peer']}",
         # A throwaway test cluster: durability costs fsyncs we do not need.
         "--unsafe-no-fsync", "--quota-backend-bytes", str(4 << 30), "--log-level", "warn",
-    ])
+    ], restart=True)
     wait_for(paths, "etcd", lambda: urllib.request.urlopen(
         f"http://127.0.0.1:{ports['etcd']}/health", timeout=2).status == 200, 30)
 
@@ -320,7 +347,7 @@ def up(paths: Paths, shapes: list[str], timeout: float) -> None:
         "--allow-privileged=true", "--endpoint-reconciler-type=none", "--profiling=false",
         "--max-requests-inflight=3000", "--max-mutating-requests-inflight=1500",
         "--enable-priority-and-fairness=false", "--watch-cache=true", "--v=1",
-    ])
+    ], restart=True)
     wait_for(paths, "kube-apiserver", lambda: https_ok(f"{server}/readyz", pki), 90)
 
     start(paths, "kube-controller-manager", [
@@ -330,7 +357,7 @@ def up(paths: Paths, shapes: list[str], timeout: float) -> None:
         f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
         "--use-service-account-credentials=true", "--kube-api-qps=300", "--kube-api-burst=600",
         "--concurrent-gc-syncs=20", "--v=1",
-    ])
+    ], restart=True)
     write_scheduler_config(paths, None)
     start_scheduler(paths)
     start(paths, "kwok", [
@@ -339,7 +366,7 @@ def up(paths: Paths, shapes: list[str], timeout: float) -> None:
         "--cidr=10.0.0.0/14", "--node-ip=10.255.255.1", "--node-lease-duration-seconds=40",
         f"--server-address=127.0.0.1:{ports['kwok']}",
         *[f"--config={p}" for p in stage_files()],
-    ])
+    ], restart=True)
     wait_for(paths, "kube-controller-manager", lambda: insecure_healthz(ports["controller-manager"]), 60)
     wait_for(paths, "kube-scheduler", lambda: insecure_healthz(ports["scheduler"]), 60)
     # The default service account is what every pod needs before it can be created.
@@ -367,7 +394,7 @@ def start_scheduler(paths: Paths) -> None:
     start(paths, "kube-scheduler", [
         str(binary("kube-scheduler")), f"--config={paths.root / 'scheduler-config.yaml'}",
         "--bind-address=127.0.0.1", f"--secure-port={ports['scheduler']}", "--v=1",
-    ])
+    ], restart=True)
 
 
 def restart_scheduler(paths: Paths, extender_config: Path | None) -> None:

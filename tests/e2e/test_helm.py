@@ -106,6 +106,8 @@ def test_install_run_and_uninstall(cluster: Cluster, namespace: str, tmp_path: P
                             gpu_nodes[1].removeprefix("node/"))
         _check_upgrade_keeps_certificates(cluster, namespace)
         _check_gpu_routing(cluster, namespace)
+        _check_user_roles(cluster, namespace)
+        _check_priorities(cluster, namespace)
     except BaseException:
         cluster.helm("uninstall", RELEASE, "-n", namespace, check=False)
         raise
@@ -186,6 +188,42 @@ def _check_gpu_routing(cluster: Cluster, namespace: str) -> None:
     cluster.wait_for("the release's policy to route a MIG pod",
                      lambda: _scheduler_for(cluster, "default", MIG) == "kubegang", timeout=30)
     assert _scheduler_for(cluster, namespace, MIG) == "default-scheduler", "the release namespace is never routed"
+
+
+def _can(cluster: Cluster, user: str, verb: str, resource: str, namespace: str, *extra: str) -> bool:
+    proc = cluster.kubectl("auth", "can-i", verb, resource, "--as", user, "-n", namespace, *extra, check=False)
+    return str(proc.stdout).strip() == "yes"
+
+
+def _check_user_roles(cluster: Cluster, namespace: str) -> None:
+    """The chart's user roles, aggregated by the controller-manager into edit and view, as the API server
+    authorises them: a researcher bound to `edit` in a namespace submits GPUJobs there, `view` only reads."""
+    team = "e2e-team-roles"
+    cluster.kubectl("create", "namespace", team, check=False)
+    try:
+        cluster.kubectl("create", "rolebinding", "alice-edit", "--clusterrole=edit", "--user=alice", "-n", team)
+        cluster.kubectl("create", "rolebinding", "bob-view", "--clusterrole=view", "--user=bob", "-n", team)
+        cluster.wait_for("edit to aggregate the GPUJob rules",
+                         lambda: _can(cluster, "alice", "create", "gpujobs.kubegang.io", team), timeout=60)
+        assert _can(cluster, "alice", "delete", "gpujobs.kubegang.io", team)
+        assert not _can(cluster, "alice", "patch", "gpujobs.kubegang.io", team, "--subresource=status"), \
+            "status is the operator's"
+        assert not _can(cluster, "alice", "create", "gpujobs.kubegang.io", "default"), "edit is per namespace"
+        cluster.wait_for("view to aggregate the GPUJob rules",
+                         lambda: _can(cluster, "bob", "list", "gpujobs.kubegang.io", team), timeout=60)
+        assert not _can(cluster, "bob", "create", "gpujobs.kubegang.io", team)
+    finally:
+        cluster.kubectl("delete", "namespace", team, "--wait=false", check=False)
+
+
+def _check_priorities(cluster: Cluster, namespace: str) -> None:
+    """The running extender, scheduler and agent pods carry the chart's PriorityClasses' values."""
+    pods = cluster.get_json("pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
+    seen = {(p["metadata"]["labels"]["app.kubernetes.io/component"], p["spec"].get("priorityClassName"),
+             p["spec"].get("priority")) for p in pods}
+    assert ("extender", f"{RELEASE}-kubegang-critical", 1_000_000_000) in seen
+    assert ("scheduler", f"{RELEASE}-kubegang-critical", 1_000_000_000) in seen
+    assert ("agent", f"{RELEASE}-kubegang-node-critical", 1_000_000_000) in seen
 
 
 def test_version_check_sees_the_clusters_discovery(cluster: Cluster, namespace: str, tmp_path: Path) -> None:

@@ -108,6 +108,7 @@ def test_install_run_and_uninstall(cluster: Cluster, namespace: str, tmp_path: P
         _check_gpu_routing(cluster, namespace)
         _check_user_roles(cluster, namespace)
         _check_priorities(cluster, namespace)
+        _check_network_policies_are_valid(cluster, namespace)
     except BaseException:
         cluster.helm("uninstall", RELEASE, "-n", namespace, check=False)
         raise
@@ -224,6 +225,17 @@ def _check_priorities(cluster: Cluster, namespace: str) -> None:
     assert ("extender", f"{RELEASE}-kubegang-critical", 1_000_000_000) in seen
     assert ("scheduler", f"{RELEASE}-kubegang-critical", 1_000_000_000) in seen
     assert ("agent", f"{RELEASE}-kubegang-node-critical", 1_000_000_000) in seen
+
+
+def _check_network_policies_are_valid(cluster: Cluster, namespace: str) -> None:
+    """The optional NetworkPolicies (off by default) as the API server validates them (server-side dry run)."""
+    rendered = cluster.helm("template", RELEASE, str(CHART), "-n", namespace, "--set", "networkPolicy.enabled=true",
+                            "--set", "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
+                            "--show-only", "templates/network-policy.yaml").stdout
+    policies = [d for d in yaml.safe_load_all(rendered) if d]
+    assert len(policies) == 4
+    proc = cluster.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", input=rendered)
+    assert proc.stdout.count("networkpolicy.networking.k8s.io/") == 4, proc.stdout
 
 
 def test_version_check_sees_the_clusters_discovery(cluster: Cluster, namespace: str, tmp_path: Path) -> None:

@@ -153,7 +153,8 @@ class Controller:
         quota = self.admission.quota
         if isinstance(quota, QuotaBook):  # the order is the core tree's; another port has none to report
             try:
-                self.positions.report(self.cache.pending(), quota.positions, self.cache.job)
+                self.positions.report(self.cache.pending(), quota.positions, self.cache.job,
+                                      self.admission.cycle.reservation)
             except Exception:
                 log.exception("reporting queue positions failed")
         return due

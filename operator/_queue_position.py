@@ -39,16 +39,17 @@ class PositionReporter:
         self.monotonic = monotonic
         self.now = now
         self._last = -float("inf")
-        self._written: dict[str, tuple[int, int, int, float]] = {}
-        """UID -> (queue, cohort, ahead, aheadGPUs) last written."""
+        self._written: dict[str, tuple[int, int, int, float, tuple[str, ...]]] = {}
+        """UID -> (queue, cohort, ahead, aheadGPUs, reservedNodes) last written."""
 
     def forget(self) -> None:
         """A new leadership: the API is the truth again (write every position once more)."""
         self._written.clear()
 
-    def report(self, pending: Sequence[JobView], positions: Positions,
-               job: Callable[[str], JobView | None]) -> int:
-        """One pass when it is due; returns the number of status patches queued."""
+    def report(self, pending: Sequence[JobView], positions: Positions, job: Callable[[str], JobView | None],
+               reservation: Callable[[str], frozenset[str] | None] = lambda uid: None) -> int:
+        """One pass when it is due; returns the number of status patches queued. ``reservation``: the
+        nodes a job holds by backfill (the cycle's ``reservation``), written with its position."""
         if self.monotonic() - self._last < self.every:
             return 0
         self._last = self.monotonic()
@@ -61,11 +62,12 @@ class PositionReporter:
             if pos is None:
                 continue
             ahead = pos.ahead
-            value = (pos.in_queue, pos.cohort, len(ahead), sum(gpus.get(uid, 0.0) for uid in ahead))
+            reserved = tuple(sorted(reservation(view.uid) or ()))
+            value = (pos.in_queue, pos.cohort, len(ahead), sum(gpus.get(uid, 0.0) for uid in ahead), reserved)
             if self._written.get(view.uid) == value:
                 continue
             model = QueuePosition(queue=value[0], cohort=value[1], ahead=value[2], ahead_gpus=value[3],
-                                  updated_at=stamp)
+                                  updated_at=stamp, reserved_nodes=list(reserved))
             self.writer.later(view, status_fields(GPUJobStatus(queue_position=model)))
             self._written[view.uid] = value
             queued += 1

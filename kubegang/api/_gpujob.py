@@ -235,6 +235,9 @@ class QueuePosition(ApiModel):
     """GPUs those jobs ask for in total."""
     updated_at: dt.datetime | None = None
     """When this position was computed."""
+    reserved_nodes: list[str] = Field(default_factory=list, max_length=4096, json_schema_extra=SET_SCHEMA_EXTRA)
+    """Nodes this job holds by backfill reservation (``spec.backfill.reserveAfterSeconds``): later jobs
+    are placed around them until it starts."""
 
 
 class GPUJobStatus(ApiModel):

@@ -217,8 +217,24 @@ class Engine:
         self.client.refused.update(scratch.client.refused)
         return entries
 
+    def reservations_held(self) -> dict[str, frozenset[str]]:
+        """Job UID -> the nodes it holds by backfill reservation, as the operator wrote them
+        (``status.queuePosition.reservedNodes``; the cycle keeps them in memory)."""
+        out: dict[str, frozenset[str]] = {}
+        for job in self.pending():
+            position = job.status.get("queuePosition")
+            nodes = position.get("reservedNodes") if isinstance(position, Mapping) else None
+            if nodes:
+                out[job.uid] = frozenset(str(n) for n in nodes)
+        return out
+
     def _cycle(self) -> dict[str, Entry[JobView, Placement]]:
         cycle: AdmissionCycle[JobView, Placement] = AdmissionCycle(self.book)
+        for uid, nodes in self.reservations_held().items():
+            try:  # later jobs are placed around them, as in the operator's cycle
+                cycle.backfill.reserve(uid, nodes)
+            except ValueError as exc:
+                log.warning("backfill reservation of %s not replayed: %s", uid, exc)
         port = ExtenderPlacement(self.client, reservation_ttl_seconds=int(DRY_RUN_TTL_SECONDS))
 
         async def answer(effect: Effect[JobView, Placement]) -> Any:

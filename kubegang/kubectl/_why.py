@@ -193,8 +193,14 @@ def why_report(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]
         report["estimate"]["basis"] += f" (not counting the {first} job(s) ahead of it, which go first)"
     report["nextCycle"] = _next_cycle(engine, job)
     message = str(cond.get("message") or "")
-    if "backfill reservation" in message:
-        report["backfillReservation"] = message[message.index("holds a backfill reservation"):]
+    held = engine.reservations_held()
+    own = held.pop(job.uid, None)
+    if own:
+        report["backfillReservation"] = {"nodes": sorted(own)}
+    others = [{"job": view.key if (view := engine.visible(uid)) else "(a job you cannot see)",
+               "nodes": sorted(nodes)} for uid, nodes in held.items()]
+    if others:
+        report["reservationsOfOthers"] = others
     if cond.get("reason") == WaitReason.PREEMPTING.value:
         report["preempting"] = message
     return report
@@ -279,8 +285,13 @@ def why_lines(report: Mapping[str, Any], style: Style) -> list[str]:
             lines.append(f"Next cycle: {nxt['result']} ({nxt['reason']}): {nxt['message']}")
         if nxt.get("preempts"):
             lines.append(f"  would preempt: {', '.join(nxt['preempts'])}")
-    if report.get("backfillReservation"):
-        lines.append(f"Backfill: {report['backfillReservation']}")
+    own = report.get("backfillReservation")
+    if own:
+        lines.append(f"Backfill: holds a reservation of {len(own['nodes'])} nodes ({_some(own['nodes'])}) that "
+                     "later jobs are placed around until it starts")
+    for other in report.get("reservationsOfOthers") or []:
+        lines.append(f"Backfill: {other['job']} holds {len(other['nodes'])} nodes ({_some(other['nodes'])}); "
+                     "this job is placed around them")
     est = report.get("estimate")
     if est:
         if est["known"] and not est["waitsFor"]:
@@ -293,6 +304,10 @@ def why_lines(report: Mapping[str, Any], style: Style) -> list[str]:
     for kind, why in (report.get("hidden") or {}).items():
         lines.append(style.warn(f"Note: {kind}: {why}"))
     return lines
+
+
+def _some(names: list[str], shown: int = 8) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _nth(n: int) -> str:

@@ -180,12 +180,19 @@ def test_a_held_backfill_reservation_is_shown(ops: Any) -> None:
         ops.cluster.apply(pinned(ops, "big", q, 2, where))
         ops.cluster.wait_for("big to hold a reservation", lambda: "backfill reservation" in (
             ops.condition("big", "Queued") or {}).get("message", ""), timeout=60, interval=1)
+        # The operator writes the reserved nodes with the job's position (its cycle keeps them in memory).
+        ops.cluster.wait_for("big's status to list its reserved nodes", lambda: (ops.status("big").get(
+            "queuePosition") or {}).get("reservedNodes") == sorted(nodes), timeout=30, interval=1)
         report = why(ops, "big")
-        assert report["backfillReservation"].startswith("holds a backfill reservation of 2 nodes")
+        assert report["backfillReservation"] == {"nodes": sorted(nodes)}
         # The gang waits for `run`, whose fake runtime is known: an estimate, said as one.
         assert report["estimate"]["known"] is True and report["estimate"]["waitsFor"] == [f"{ops.namespace}/run"]
         text = gang(ops, "why", "big", "-n", ops.namespace).stdout
-        assert "Backfill: holds a backfill reservation of 2 nodes" in text and "Estimate: could start in about" in text
+        assert "Backfill: holds a reservation of 2 nodes" in text and "Estimate: could start in about" in text
+        # A job behind it is told whose reservation it is placed around.
+        ops.cluster.apply(pinned(ops, "later", q, 1, where))
+        ops.wait_phase("later", "Queued", timeout=60)
+        assert why(ops, "later")["reservationsOfOthers"] == [{"job": f"{ops.namespace}/big", "nodes": sorted(nodes)}]
     finally:
         unlabel(ops, nodes)
 

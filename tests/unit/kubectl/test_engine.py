@@ -154,3 +154,20 @@ def test_the_fabric_picture_is_one_line_group_per_leaf() -> None:
     assert "nvlink: every NVLink domain is a single node" in lines
     leaf = lines.index("    leaf h200-leaves (4 nodes, 24/32 GPUs free)")
     assert lines[leaf + 1] == "      ######## ........ ........ ........"
+
+
+def test_backfill_reservations_are_shown_and_the_dry_run_places_around_them() -> None:
+    qs = [queue("big", 64)]
+    running = job("run", "a", "big", 2, phase="Running", reason="Running", on=["n0", "n1"])
+    holder = job("holder", "a", "big", 4, reason="InsufficientGPUs")
+    holder["status"]["queuePosition"] = {"queue": 1, "cohort": 1, "ahead": 0, "aheadGPUs": 0,
+                                         "reservedNodes": ["n0", "n1", "n2", "n3"]}
+    small = job("small", "a", "big", 1, created="2026-12-01T10:05:00Z")
+    engine = Engine(cluster(running, holder, small, queues=qs))
+    own = why_report(engine, engine.find("a", "holder"), NOW)  # type: ignore[arg-type]
+    assert own["backfillReservation"] == {"nodes": ["n0", "n1", "n2", "n3"]}
+    report = why_report(engine, engine.find("a", "small"), NOW)  # type: ignore[arg-type]
+    assert report["reservationsOfOthers"] == [{"job": "a/holder", "nodes": ["n0", "n1", "n2", "n3"]}]
+    # n2 and n3 are free, but reserved: the next cycle does not place `small` there.
+    assert report["placementNow"]["fits"] is True
+    assert report["nextCycle"]["result"] == "Queued" and report["nextCycle"]["reason"] == "InsufficientGPUs"

@@ -34,7 +34,8 @@ async def test_positions_are_written_when_they_move_at_most_every_few_seconds(jo
     assert report() == 2
     await w.admission.settle()
     assert w.last_status("team-a/j1")["queuePosition"] == {
-        "queue": 1, "cohort": 1, "ahead": 0, "aheadGPUs": 0.0, "updatedAt": "2025-01-01T01:00:00Z"}
+        "queue": 1, "cohort": 1, "ahead": 0, "aheadGPUs": 0.0, "updatedAt": "2025-01-01T01:00:00Z",
+        "reservedNodes": []}
     assert w.last_status("team-a/j2")["queuePosition"]["queue"] == 2
     assert w.last_status("team-a/j2")["queuePosition"]["aheadGPUs"] == 8.0
     # Not due yet, then due but nothing moved: no write at all.
@@ -64,3 +65,17 @@ async def test_a_job_that_no_longer_waits_has_its_position_cleared(job_body: Any
     await w.admission.settle()
     assert w.last_status("team-a/first")["queuePosition"] is None
     assert w.last_status("team-a/first")["phase"] == "Admitted"
+
+
+async def test_a_backfill_reservation_is_written_with_the_position(job_body: Any, make_world: Any) -> None:
+    w = make_world({"team-a": 64}, NODES)
+    clock = Clock()
+    reporter = PositionReporter(w.admission.writer, every=5.0, monotonic=clock, now=lambda: NOW)
+    w.submit(job_body("big", replicas=2, gpus=8))
+    held: dict[str, frozenset[str]] = {}
+    assert reporter.report(w.cache.pending(), w.quota.positions, w.cache.job, held.get) == 1
+    held["uid-big"] = frozenset({"node-1", "node-0"})
+    clock.t += 5
+    assert reporter.report(w.cache.pending(), w.quota.positions, w.cache.job, held.get) == 1
+    await w.admission.settle()
+    assert w.last_status("team-a/big")["queuePosition"]["reservedNodes"] == ["node-0", "node-1"]

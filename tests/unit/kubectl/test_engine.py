@@ -171,3 +171,15 @@ def test_backfill_reservations_are_shown_and_the_dry_run_places_around_them() ->
     # n2 and n3 are free, but reserved: the next cycle does not place `small` there.
     assert report["placementNow"]["fits"] is True
     assert report["nextCycle"]["result"] == "Queued" and report["nextCycle"]["reason"] == "InsufficientGPUs"
+
+
+def test_reservations_from_the_extender_snapshot_are_held_again() -> None:
+    qs = [queue("big", 64)]
+    reserved = job("reserved", "a", "big", 2, phase="Queued")
+    objects = cluster(reserved, job("other", "a", "big", 3), queues=qs)
+    objects.extender = {"reservations": {"uid-reserved": {"placement": [
+        {"pod": 0, "node": "n0", "gpus": list(range(8))}, {"pod": 1, "node": "n1", "gpus": list(range(8))}]}}}
+    engine = Engine(objects)
+    assert engine.reservations == {"uid-reserved"}
+    report = why_report(engine, engine.find("a", "other"), NOW)  # type: ignore[arg-type]
+    assert report["placementNow"]["fits"] is False and report["placementNow"]["bestPods"] == 2

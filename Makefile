@@ -18,7 +18,7 @@ control-plane:
 lint: venv
 	$(VENV)/ruff check .
 	$(VENV)/mypy -p kubegang
-	$(VENV)/mypy hack/devcluster.py hack/localstack.py hack/shapes/generate.py
+	$(VENV)/mypy hack/devcluster.py hack/localstack.py hack/supervise.py hack/shapes/generate.py
 
 unit: venv
 	$(VENV)/pytest tests/unit

@@ -74,3 +74,21 @@ def test_fake_runtime_annotation_completes_the_pod(cluster: Cluster, namespace: 
 def test_helm_is_the_pinned_build(cluster: Cluster) -> None:
     out = cluster.helm("version", "--short")
     assert out.stdout.startswith(cluster.versions["HELM_VERSION"])
+
+
+def test_a_control_plane_process_that_exits_is_started_again(cluster: Cluster, namespace: str) -> None:
+    """hack/supervise.py plays the kubelet: kube-scheduler SIGKILLed comes back and schedules again."""
+    from . import processes
+
+    assert cluster.cluster_dir is not None, "needs the cluster that hack/cluster starts"
+    cluster.use_shape("superpod-h100")
+    old = processes.pid_of(cluster.cluster_dir, "kube-scheduler")
+    assert old is not None
+    processes.kill(cluster.cluster_dir, "kube-scheduler")
+    new = processes.wait_restarted(cluster.cluster_dir, "kube-scheduler", old)
+    assert processes.alive(new)
+    cluster.apply(_gpu_pod("after", 1) | {"metadata": {"name": "after", "namespace": namespace}})
+    cluster.wait_for("a pod scheduled by the restarted kube-scheduler", lambda: cluster.get_json(
+        "pod", "after", "-n", namespace)["spec"].get("nodeName"), timeout=60)
+    log = (cluster.cluster_dir / "logs" / "kube-scheduler.log").read_text(errors="replace")
+    assert "supervise: kube-scheduler exited" in log

@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
-import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -38,6 +36,8 @@ from kubegang.podcontract import (
 )
 from kubegang.shapes import load_shape
 from kubegang.tls import client_ssl_context
+
+from .. import processes
 
 REPO = Path(__file__).resolve().parents[3]
 SHAPE_FILE = Path(__file__).with_name("extender-small.yaml")
@@ -82,14 +82,6 @@ def _hack(cluster_dir: Path, *args: str) -> None:
     if proc.returncode != 0:
         pytest.fail(f"hack/cluster {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-4000:]}",
                     pytrace=False)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 @dataclass
@@ -215,25 +207,11 @@ class ExtenderHandle:
 
     def kill(self, component: str = "kubegang-extender") -> list[str]:
         """SIGKILL a kubegang process (the extender by default); returns its command line, for :meth:`start`."""
-        pid = self.kubegang.pid(component)
-        assert pid is not None and _alive(pid), f"{component} is not running"
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").decode().split("\0")
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(pid), f"{component} pid {pid} survived SIGKILL"
-        return argv
+        return processes.kill(self.cluster_dir, component)
 
     def start(self, argv: list[str], timeout: float = 60, component: str = "kubegang-extender") -> None:
         """Start a process again with ``argv`` (detached, as hack/ starts it); the extender: until ready."""
-        log = self.cluster_dir / "logs" / f"{component}.log"
-        env = {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig), "PYTHONUNBUFFERED": "1"}
-        # setsid + background: the extender is re-parented away from pytest, as hack/ leaves it.
-        out = subprocess.run(["sh", "-c", 'setsid "$@" </dev/null >>"$LOG" 2>&1 & echo $!', "sh", *argv],
-                             env={**env, "LOG": str(log)}, cwd=self.cluster_dir, capture_output=True,
-                             text=True, check=True)
-        (self.cluster_dir / "pids" / f"{component}.pid").write_text(out.stdout.strip())
+        processes.start(self.cluster_dir, self.cluster.kubeconfig, component, argv)
         if component == "kubegang-extender":
             self.cluster.wait_for("restarted extender ready", self.ready, timeout=timeout, interval=0.2)
 

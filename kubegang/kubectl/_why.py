@@ -15,7 +15,8 @@ from typing import Any
 from kubegang.admission import AdmitResult, WaitReason
 from kubegang.kubectl._engine import Engine
 from kubegang.kubectl._render import Style, age, gpus, table
-from kubegang.operator._conditions import CondType, get_condition, parse_rfc3339
+from kubegang.kubectl._runtime import RunTimes
+from kubegang.operator._conditions import CondType, get_condition
 from kubegang.operator._extender_placement import gang_request
 from kubegang.operator._job import JobView
 from kubegang.placement import MILLI, Placement, Unplaceable
@@ -102,46 +103,16 @@ def _next_cycle(engine: Engine, job: JobView) -> dict[str, Any]:
     return out
 
 
-FAKE_RUNTIME_ANNOTATION = "kubegang.io/fake-runtime"
-"""The demo's and the tests' fake pods run this long (hack/kwok/kubegang-stages.yaml): a known run time."""
-_UNITS = {"s": 1, "m": 60, "h": 3600}
-
-
-def _seconds(text: str) -> int | None:
-    """``"90s"``, ``"15m"``, ``"2h"`` (Go durations of one unit, as the stages' annotation takes them)."""
-    number, unit = text[:-1], text[-1:]
-    return int(number) * _UNITS[unit] if unit in _UNITS and number.isdigit() else None
-
-
-def _run_time(job: JobView) -> tuple[int, str] | None:
-    """The gang's run time where it is known, and from what: the template's fake-runtime annotation, else
-    its ``activeDeadlineSeconds`` (an upper bound)."""
-    annotations = (job.template.get("metadata") or {}).get("annotations") or {}
-    fake = _seconds(str(annotations.get(FAKE_RUNTIME_ANNOTATION, "")))
-    if fake is not None:
-        return fake, FAKE_RUNTIME_ANNOTATION
-    deadline = (job.template.get("spec") or {}).get("activeDeadlineSeconds")
-    return (deadline, "activeDeadlineSeconds") if isinstance(deadline, int) else None
-
-
-def _expected_end(job: JobView) -> dt.datetime | None:
-    """When a running gang ends: ``startedAt`` (else ``admittedAt``) + its run time."""
-    run_time = _run_time(job)
-    started = job.status.get("startedAt") or job.status.get("admittedAt")
-    if run_time is None or not started:
-        return None
-    return parse_rfc3339(str(started)) + dt.timedelta(seconds=run_time[0])
-
-
 def _estimate(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]:
     """When the gang could start if nothing else arrives: when the fewest running gangs whose end is
     known and that it waits for (quota, then GPUs: the cycle's own victim chooser, not evicting) end."""
+    times = RunTimes(engine.cache.all_jobs())
     running = [r for r in engine.book.running() if r.uid != job.uid]
-    ends = {r.uid: _expected_end(r) for r in running}
+    ends = {r.uid: times.expected_end(r) for r in running}
     known = sorted((r for r in running if ends[r.uid] is not None), key=lambda r: ends[r.uid] or now)
     if not known:
-        return {"known": False, "why": "no running gang states its run time (kubegang.io/fake-runtime or "
-                "activeDeadlineSeconds)"}
+        return {"known": False, "why": "no running gang has a known run time (kubegang.io/fake-runtime, "
+                "activeDeadlineSeconds, or finished jobs of its queue)"}
     option = engine.book.flavor_options(job)[0]
     for_quota = engine.book.quota_victims(option, [r.uid for r in known])
     if for_quota is None:
@@ -159,7 +130,7 @@ def _estimate(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]:
             "waitsFor": [engine.visible(uid).key if engine.visible(uid) else "(a job you cannot see)"  # type: ignore[union-attr]
                          for uid in waits],
             "basis": "run times of the running gangs (" + ", ".join(sorted({rt[1] for uid in waits
-                      if (j := engine.visible(uid)) is not None and (rt := _run_time(j)) is not None}))
+                      if (j := engine.visible(uid)) is not None and (rt := times.run_time(j)) is not None}))
                      + "); an estimate: jobs arriving meanwhile are not counted"}
 
 

@@ -72,7 +72,7 @@ def test_placement_blocked_job_names_the_best_domain_and_what_it_lacks() -> None
     assert now["fits"] is False and now["bestPods"] == 1 and now["pods"] == 2
     assert report["nextCycle"]["reason"] == "InsufficientGPUs"
     assert report["estimate"]["known"] is False
-    assert "no running gang states its run time" in report["estimate"]["why"]
+    assert "no running gang has a known run time" in report["estimate"]["why"]
 
 
 def test_preemption_pending_names_the_victims_the_cycle_would_evict() -> None:
@@ -183,3 +183,17 @@ def test_reservations_from_the_extender_snapshot_are_held_again() -> None:
     assert engine.reservations == {"uid-reserved"}
     report = why_report(engine, engine.find("a", "other"), NOW)  # type: ignore[arg-type]
     assert report["placementNow"]["fits"] is False and report["placementNow"]["bestPods"] == 2
+
+
+def test_the_queue_s_history_gives_a_run_time_when_nothing_else_does() -> None:
+    running = job("run", "a", "team-a", 2, phase="Running", reason="Running", on=["n0", "n1"])
+    done = []
+    for i, minutes in enumerate((10, 20, 90)):
+        body = job(f"done-{i}", "a", "team-a", 1, phase="Running", reason="Running")
+        body["status"] = {"phase": "Succeeded", "startedAt": "2026-12-01T08:00:00Z",
+                          "finishedAt": f"2026-12-01T{8 + minutes // 60:02d}:{minutes % 60:02d}:00Z", "conditions": []}
+        done.append(body)
+    report = _why(cluster(running, *done, job("first", "a", "team-a", 3)), "first")
+    assert report["estimate"]["known"] is True
+    assert report["estimate"]["at"].startswith("2026-12-01T10:20:00")  # started 10:00 + the median, 20 min
+    assert "the queue's history (median of 3 finished)" in report["estimate"]["basis"]

@@ -1,0 +1,75 @@
+"""How long a running gang will run, where that is known: the estimate's only input of its own.
+
+kubegang schedules without run times (backfill reserves nodes rather than trusting estimates), so
+``kubectl gang why`` only estimates a start where a run time is stated or observed, and says which:
+
+1. ``kubegang.io/fake-runtime`` on the pod template: the demo's and the tests' fake pods run exactly
+   that long (hack/kwok/kubegang-stages.yaml);
+2. the template's ``activeDeadlineSeconds``: kubelet ends the pods by then (an upper bound);
+3. the queue's recent history: the median run time (``finishedAt - startedAt``) of the jobs of the same
+   queue that succeeded, among those the user may see.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections.abc import Iterable
+
+from kubegang.operator._conditions import parse_rfc3339
+from kubegang.operator._job import JobView
+
+FAKE_RUNTIME_ANNOTATION = "kubegang.io/fake-runtime"
+"""The demo's and the tests' fake pods run this long (hack/kwok/kubegang-stages.yaml)."""
+ACTIVE_DEADLINE = "activeDeadlineSeconds"
+HISTORY = "the queue's history"
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def seconds(text: str) -> int | None:
+    """``"90s"``, ``"15m"``, ``"2h"`` (Go durations of one unit, as the stages' annotation takes them)."""
+    number, unit = text[:-1], text[-1:]
+    return int(number) * _UNITS[unit] if unit in _UNITS and number.isdigit() else None
+
+
+def _time(job: JobView, field: str) -> dt.datetime | None:
+    value = job.status.get(field)
+    try:
+        return parse_rfc3339(str(value)) if value else None
+    except ValueError:
+        return None
+
+
+class RunTimes:
+    """Run times of gangs, from what they state or, failing that, from their queue's finished jobs."""
+
+    def __init__(self, jobs: Iterable[JobView]) -> None:
+        runs: dict[str, list[float]] = {}
+        for job in jobs:
+            started, finished = _time(job, "startedAt"), _time(job, "finishedAt")
+            if job.phase.value == "Succeeded" and started is not None and finished is not None and finished > started:
+                runs.setdefault(job.queue, []).append((finished - started).total_seconds())
+        self.history = {queue: (statistics.median(values), len(values)) for queue, values in runs.items()}
+        """Queue -> (median run time in seconds, how many finished jobs it is the median of)."""
+
+    def run_time(self, job: JobView) -> tuple[float, str] | None:
+        """Seconds the gang runs, and where that comes from; None when nothing says."""
+        annotations = (job.template.get("metadata") or {}).get("annotations") or {}
+        fake = seconds(str(annotations.get(FAKE_RUNTIME_ANNOTATION, "")))
+        if fake is not None:
+            return float(fake), FAKE_RUNTIME_ANNOTATION
+        deadline = (job.template.get("spec") or {}).get(ACTIVE_DEADLINE)
+        if isinstance(deadline, int) and not isinstance(deadline, bool):
+            return float(deadline), ACTIVE_DEADLINE
+        history = self.history.get(job.queue)
+        if history is not None:
+            return history[0], f"{HISTORY} (median of {history[1]} finished)"
+        return None
+
+    def expected_end(self, job: JobView) -> dt.datetime | None:
+        """When a running gang ends: ``startedAt`` (else ``admittedAt``) + its run time."""
+        run_time = self.run_time(job)
+        started = _time(job, "startedAt") or _time(job, "admittedAt")
+        if run_time is None or started is None:
+            return None
+        return started + dt.timedelta(seconds=run_time[0])

@@ -88,3 +88,19 @@ def test_bundle_round_trip_and_field_errors(tmp_path: Path) -> None:
     data["objects"]["pods"] = {"not": "a list"}
     with pytest.raises(SnapshotFileError, match=r"objects\.pods must be a list"):
         ClusterObjects.from_bundle(data)
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from kubegang.kubectl._render import Style
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert Style(Terminal()).bad("x") == "\x1b[31mx\x1b[0m"
+    assert Style(io.StringIO()).bad("x") == "x"
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert Style(Terminal()).bad("x") == "x"

@@ -238,9 +238,8 @@ class Admission:
         self._waiting_written.pop(job.uid, None)
         metrics.JOBS_ADMITTED.labels(job.queue).inc()
         metrics.QUEUE_WAIT_SECONDS.labels(job.queue).observe(max((self.clock() - job.created).total_seconds(), 0))
-        message = _admitted_message(job, placement)
-        self.notify(admitted, "Admitted", message)
-        log.info("admitted %s: %s", job.key, message)
+        # No Event: the Admitted condition says the same in the same write (one API write fewer per job).
+        log.info("admitted %s: %s", job.key, _admitted_message(job, placement))
 
     def _report(self, entry: Entry[JobView, Placement]) -> Outcome:
         """Write what the cycle said of a job that was not admitted (in the background lane)."""
@@ -303,7 +302,7 @@ class Admission:
 
     def _assume_admission(self, job: JobView, placement: Placement) -> tuple[JobView, dict[str, Any]]:
         now = self.clock()
-        message = f"admitted to queue {job.queue}; creating {job.replicas} pods"
+        message = f"{_admitted_message(job, placement)}; creating {job.replicas} pods"
         status = transition(
             job.status, Phase.ADMITTED, "Admitted", message, now=now, observed_generation=job.generation
         )

@@ -215,3 +215,14 @@ async def test_quota_bound_preemption_evicts_only_what_quota_needs_when_gpus_are
     evicted = _preempted(w)
     assert len(evicted) == 2 and evicted <= {f"team-a/low-{i}" for i in range(4)}
     assert sum(f"uid-low-{i}" in w.quota.tree for i in range(4)) == 2
+
+
+async def test_an_admission_is_one_status_write_and_no_event(job_body: Any, make_world: Any) -> None:
+    """Events are for what a human must see; the Admitted condition already says where the gang went."""
+    w = make_world({"team-a": 16}, {"node-0": 8, "node-1": 8})
+    job = w.submit(job_body("train", replicas=2, gpus=8))
+    await w.cycle()
+    assert [p.get("phase") for p in w.kube.status[job.key]] == ["Admitted"]
+    assert [e for e in w.kube.events if e[0] == job.key] == []
+    admitted = next(c for c in w.last_status(job.key)["conditions"] if c["type"] == "Admitted")
+    assert admitted["message"] == "admitted to queue team-a on 2 nodes in leaf-0; creating 2 pods"

@@ -1,4 +1,4 @@
-"""Regenerate docs/benchmarks.md and its plots: ``python -m bench.run_all [--quick] [--seeds N]``.
+"""Regenerate docs/benchmarks.md and its plots: ``python -m bench.run_all [--quick] [--seeds N] [--out DIR]``.
 
 Runs, on the production core (kubegang.placement / quota / preemption / topology):
 
@@ -8,8 +8,11 @@ Runs, on the production core (kubegang.placement / quota / preemption / topology
    ``gb200-nvl72`` shapes under the four policies (``bench.sim``), with the metrics of
    ``bench.sim._metrics``.
 
-Writes docs/benchmarks.md (tables, machine, versions, seeds, wall times) and PNGs in
-docs/benchmarks/. The end-to-end section is read from docs/benchmarks-e2e.md when it exists.
+Writes every artefact under ``--out DIR`` (default docs/): ``DIR/benchmarks.md`` (tables, machine,
+versions, seeds, wall times), the PNGs in ``DIR/benchmarks/`` and the raw figures of every run, per
+seed, in ``DIR/benchmarks/results.json``. Nothing is written outside DIR, so a run into a scratch
+folder leaves the committed page alone. The end-to-end section is read from docs/benchmarks-e2e.md
+(an input, written by ``bench.e2e.run``) when it exists.
 ``--quick`` runs a small configuration (one seed, fewer jobs) in about a minute.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
+import json
 import math
 import os
 import platform
@@ -40,7 +44,9 @@ from bench.sim import _openb as openb
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-PLOTS = DOCS / "benchmarks"
+PLOTS_DIR = "benchmarks"
+"""The plots' and raw results' folder under the output directory (the page links it relatively)."""
+RESULTS = "results.json"
 E2E = DOCS / "benchmarks-e2e.md"
 CITE_FGD = ('Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation '
             'Gradient Descent", USENIX ATC \'23; trace: alibaba/clusterdata, cluster-trace-gpu-v2023')
@@ -54,11 +60,13 @@ def _mean(curves: list[list[float]]) -> list[float]:
     return [statistics.fmean(c[i] for c in curves) for i in range(len(curves[0]))]
 
 
-def run_openb(seeds: list[int], workloads: tuple[str, ...], log: list[str]) -> dict[str, Any]:
-    cluster = load_cluster("openb")
+def run_openb(seeds: list[int], workloads: tuple[str, ...], log: list[str], nodes: int | None = None,
+              tasks_limit: int | None = None) -> dict[str, Any]:
+    """The openb experiment; ``nodes`` / ``tasks_limit`` take the first nodes and tasks only (tests)."""
+    cluster = load_cluster("openb", limit=nodes)
     out: dict[str, Any] = {"gpus": cluster.gpus, "nodes": cluster.topology.node_count, "workloads": {}}
     for workload in workloads:
-        tasks = openb.load_tasks(workload)
+        tasks = openb.load_tasks(workload)[:tasks_limit]
         runs: dict[str, Any] = {}
         for policy in OPENB_POLICIES:
             start = time.perf_counter()
@@ -96,7 +104,7 @@ def run_gangs(jobs: int, seed: int, log: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-def plot_openb(data: dict[str, Any]) -> list[str]:
+def plot_openb(data: dict[str, Any], plots: Path) -> list[str]:
     files = []
     colours = {"kubegang": "tab:blue", "bestfit": "tab:orange", "random": "tab:green"}
     paper_colours = {"FGD": "tab:red", "BestFit": "tab:orange", "Random": "tab:green"}
@@ -122,14 +130,14 @@ def plot_openb(data: dict[str, Any]) -> list[str]:
         fig.subplots_adjust(bottom=0.17)
         caption = "Paper curves: " + CITE_FGD.replace("; trace", ";\ntrace") + "."
         fig.text(0.01, 0.01, caption, fontsize=6.5)
-        path = PLOTS / f"openb-{workload}.png"
+        path = plots / f"openb-{workload}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)
         files.append(path.name)
     return files
 
 
-def plot_gangs(rows: list[dict[str, Any]]) -> list[str]:
+def plot_gangs(rows: list[dict[str, Any]], plots: Path) -> list[str]:
     files = []
     for shape in GANG_SHAPES:
         fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -144,7 +152,7 @@ def plot_gangs(rows: list[dict[str, Any]]) -> list[str]:
         ax.set_title(f"{shape}, Kalos-like workload: largest gang that could start now")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        path = PLOTS / f"largest-{shape}.png"
+        path = plots / f"largest-{shape}.png"
         fig.tight_layout()
         fig.savefig(path, dpi=110)
         plt.close(fig)
@@ -166,7 +174,7 @@ def plot_gangs(rows: list[dict[str, Any]]) -> list[str]:
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
-    path = PLOTS / "gang-summary.png"
+    path = plots / "gang-summary.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     files.append(path.name)
@@ -310,27 +318,59 @@ def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argpars
     return "\n".join(lines)
 
 
+def write_results(path: Path, openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace,
+                  wall: float) -> None:
+    """The raw figures of every run (openb curves per seed, every gang run's metrics) as JSON."""
+    gang = [{**{k: v for k, v in row.items() if k != "metrics"},
+             "metrics": {k: v for k, v in dataclasses.asdict(row["metrics"]).items() if k != "largest_series"}}
+            for row in rows]
+    data = {"run": {"quick": args.quick, "openb_seeds": args.openb_seeds, "jobs": args.jobs, "seed": args.seed,
+                    "wall_s": wall},
+            "openb": openb_data, "gangs": gang}
+    path.write_text(json.dumps(_plain(data), indent=1, allow_nan=False) + "\n")
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with NaN as null (strict JSON) and tuples as lists."""
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one openb seed, 300 jobs per gang run")
     parser.add_argument("--seeds", type=int, default=None, help="openb seeds (default 10, quick 1)")
     parser.add_argument("--jobs", type=int, default=None, help="jobs per gang run (default 1500, quick 300)")
     parser.add_argument("--seed", type=int, default=1, help="gang workload seed")
-    parser.add_argument("--out", type=Path, default=DOCS / "benchmarks.md")
+    parser.add_argument("--out", type=Path, default=DOCS,
+                        help="directory for every artefact: benchmarks.md, benchmarks/*.png, benchmarks/results.json"
+                             " (default docs/)")
+    parser.add_argument("--openb-nodes", type=int, default=None, help=argparse.SUPPRESS)  # tests: a subset
+    parser.add_argument("--openb-tasks", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.out.suffix == ".md":
+        parser.error(f"--out is a directory now (benchmarks.md is written inside it), got {args.out}")
     seeds = args.seeds if args.seeds is not None else (1 if args.quick else 10)
     args.jobs = args.jobs if args.jobs is not None else (300 if args.quick else 1500)
     args.openb_seeds = f"1..{seeds}"
-    PLOTS.mkdir(parents=True, exist_ok=True)
+    plots = args.out / PLOTS_DIR
+    plots.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
     start = time.perf_counter()
-    openb_data = run_openb(list(range(1, seeds + 1)), openb.WORKLOADS, log)
+    openb_data = run_openb(list(range(1, seeds + 1)), openb.WORKLOADS, log, args.openb_nodes, args.openb_tasks)
     rows = run_gangs(args.jobs, args.seed, log)
-    plot_openb(openb_data)
-    plot_gangs(rows)
+    plot_openb(openb_data, plots)
+    plot_gangs(rows, plots)
     wall = time.perf_counter() - start
-    args.out.write_text(render(openb_data, rows, args, log, wall))
-    print(f"wrote {args.out} and {PLOTS}/*.png in {wall:.0f}s")
+    page = args.out / "benchmarks.md"
+    page.write_text(render(openb_data, rows, args, log, wall))
+    write_results(plots / RESULTS, openb_data, rows, args, wall)
+    print(f"wrote {page}, {plots}/*.png and {plots / RESULTS} in {wall:.0f}s")
     return 0
 
 

@@ -1,0 +1,34 @@
+"""``bench.run_all --out DIR`` writes every artefact under DIR and nothing elsewhere."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import run_all
+
+
+def _tiny(out: Path) -> list[str]:
+    return ["--seeds", "1", "--jobs", "20", "--openb-nodes", "50", "--openb-tasks", "400", "--out", str(out)]
+
+
+def test_every_artefact_lands_under_out_and_the_committed_plots_are_untouched(tmp_path: Path) -> None:
+    committed = run_all.DOCS / run_all.PLOTS_DIR
+    before = {p.name: p.stat().st_mtime_ns for p in committed.glob("*")}
+    assert run_all.main(_tiny(tmp_path)) == 0
+    page = (tmp_path / "benchmarks.md").read_text()
+    plots = tmp_path / run_all.PLOTS_DIR
+    for link in [line.split("](", 1)[1].rstrip(")") for line in page.splitlines() if line.startswith("![")]:
+        assert (tmp_path / link).is_file(), link  # every plot the page shows is beside it
+    raw = json.loads((plots / run_all.RESULTS).read_text())
+    assert raw["gangs"] and all("metrics" in row for row in raw["gangs"])
+    assert raw["openb"]["workloads"]["default"]["runs"]["kubegang"]["curves"]  # per-seed curves
+    assert {p.name: p.stat().st_mtime_ns for p in committed.glob("*")} == before
+
+
+def test_a_markdown_file_as_out_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run_all.main(["--out", str(tmp_path / "benchmarks.md")])
+    assert "--out is a directory" in capsys.readouterr().err

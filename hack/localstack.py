@@ -41,6 +41,7 @@ class StackPorts:
     extender_metrics: int
     agent_metrics: int
     operator_metrics: tuple[int, ...]
+    operator_health: tuple[int, ...] = ()
 
 
 def python() -> str:
@@ -80,7 +81,7 @@ def _up(paths: dc.Paths, operators: int) -> StackPorts:
     kubeconfig = str(paths.kubeconfig)
     env = {"KUBECONFIG": kubeconfig, "PYTHONUNBUFFERED": "1"}
     ports = StackPorts(free_port(), free_port(), free_port(), free_port(),
-                       tuple(free_port() for _ in range(operators)))
+                       tuple(free_port() for _ in range(operators)), tuple(free_port() for _ in range(operators)))
     (paths.root / "kubegang.json").write_text(json.dumps(
         {"ports": ports.__dict__, "tls_dir": str(tls), "namespace": NAMESPACE}, indent=2))
 
@@ -115,11 +116,12 @@ def _up(paths: dc.Paths, operators: int) -> StackPorts:
     ], env=env)
 
     # 4. Operators: two replicas campaign for one Lease; only the leader admits.
-    for i, port in enumerate(ports.operator_metrics):
+    for i, (port, health) in enumerate(zip(ports.operator_metrics, ports.operator_health, strict=True)):
         dc.start(paths, f"kubegang-operator-{i}", [
             python(), "-m", "kubegang.operator", "--kubeconfig", kubeconfig, "--namespace", NAMESPACE,
             "--extender-address", f"127.0.0.1:{ports.extender_grpc}", "--tls-dir", str(tls),
-            "--tls-server-name", "localhost", "--metrics-port", str(port), "--identity", f"local-operator-{i}",
+            "--tls-server-name", "localhost", "--metrics-port", str(port), "--health-port", str(health),
+            "--identity", f"local-operator-{i}",
         ], env=env)
     # The agent is healthy after its first full pass over the nodes it serves: allow for many.
     nodes = len(dc.kubectl(paths, "get", "nodes", "-l", "=".join(FAKE_NODE_LABEL), "-o", "name").split())
@@ -127,6 +129,8 @@ def _up(paths: dc.Paths, operators: int) -> StackPorts:
                 60 + nodes / 5)
     for i, port in enumerate(ports.operator_metrics):
         dc.wait_for(paths, f"kubegang-operator-{i}", lambda port=port: http_ok(f"http://127.0.0.1:{port}/metrics"), 60)
+    for i, port in enumerate(ports.operator_health):  # Kopf's liveness, answered on the event loop
+        dc.wait_for(paths, f"kubegang-operator-{i}", lambda port=port: http_ok(f"http://127.0.0.1:{port}/healthz"), 60)
     dc.log(f"kubegang running in {time.monotonic() - t0:.1f}s: extender https :{ports.extender_https} "
            f"grpc :{ports.extender_grpc}, agent, {operators} operator(s)")
     return ports

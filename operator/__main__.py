@@ -60,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", type=Path, help="client private key (overrides --tls-dir)")
     p.add_argument("--tls-server-name", help="name to verify in the extender's certificate")
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port; 0 disables")
+    p.add_argument("--health-port", type=int, default=0,
+                   help="liveness /healthz port, served on the event loop (a hung loop fails it); 0 disables")
     p.add_argument("--leader-election", type=_on_off, default=True, metavar="on|off", help="campaign for the Lease")
     p.add_argument("--identity", help="holderIdentity in the Lease (default: hostname)")
     p.add_argument("--lease-duration", type=int, default=15, help="Lease duration, seconds")
@@ -108,6 +110,7 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         tls_key=args.tls_key or (tls_dir / "client.key" if tls_dir else None),
         tls_server_name=args.tls_server_name,
         metrics_port=args.metrics_port,
+        health_port=args.health_port,
         leader_election=args.leader_election,
         lease_duration_seconds=args.lease_duration,
         renew_deadline_seconds=args.renew_deadline,

@@ -47,6 +47,17 @@ def placement_client(settings: OperatorSettings) -> PlacementClient:
     )
 
 
+def liveness_endpoint(settings: OperatorSettings) -> str | None:
+    """Where Kopf serves liveness (``kopf.operator(liveness_endpoint=...)``), or None when it is off.
+
+    Kopf answers it from the operator's own event loop, running the ``@kopf.on.probe`` handlers: the
+    probe fails when the loop hangs, which a probe of /metrics (a thread) cannot see.
+    """
+    if not settings.health_port:
+        return None
+    return f"http://0.0.0.0:{settings.health_port}/healthz"
+
+
 async def run(settings: OperatorSettings) -> None:
     """Run the operator until it is stopped."""
     cache = ClusterCache()
@@ -102,6 +113,7 @@ async def run(settings: OperatorSettings) -> None:
             standalone=True,  # peering off: the Lease decides who acts, and handlers only read
             clusterwide=not settings.watch_namespaces,
             namespaces=list(settings.watch_namespaces),
+            liveness_endpoint=liveness_endpoint(settings),
         )
     finally:
         for task in background:

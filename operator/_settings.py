@@ -29,6 +29,10 @@ class OperatorSettings:
     """Name to verify in the extender's certificate when dialling it by IP."""
     metrics_port: int = 8080
     """Port of the Prometheus /metrics endpoint; 0 turns it off."""
+    health_port: int = 0
+    """Port of Kopf's liveness endpoint ``/healthz``; 0 turns it off (the chart sets 8081). It is served
+    on the operator's event loop, so a hung loop fails the probe; /metrics is served from a thread and
+    would keep answering."""
     leader_election: bool = True
     """Campaign for the Lease; off only for a single replica or a local run."""
     identity: str = dataclasses.field(default_factory=socket.gethostname)

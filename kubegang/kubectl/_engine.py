@@ -143,6 +143,20 @@ class Engine:
         return view
 
     @property
+    def placement_unseen(self) -> str | None:
+        """Why placement cannot be answered at all from what the user may read (no Nodes), else None."""
+        if "nodes" in self.objects.hidden:
+            return f"nodes are not visible to you ({self.objects.hidden['nodes']})"
+        return None
+
+    @property
+    def placement_partial(self) -> str | None:
+        """Why placement answers may be too optimistic (GPUs held by pods the user cannot see), else None."""
+        if "pods" in self.objects.hidden:
+            return "other namespaces' pods are not visible to you: the GPUs they hold may count as free here"
+        return None
+
+    @property
     def jobs_hidden(self) -> bool:
         """Whether other namespaces' GPUJobs were hidden from the user."""
         return "gpujobs" in self.objects.hidden

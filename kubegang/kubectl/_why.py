@@ -157,12 +157,19 @@ def why_report(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]
     if isinstance(written, Mapping):
         report["operatorPosition"] = dict(written)
     report["quota"] = _quota(engine, job)
-    report["placementNow"] = _placement_now(engine, job)
-    report["estimate"] = _estimate(engine, job, now)
-    first = len(pos.ahead) if pos is not None else 0
-    if report["estimate"]["known"] and first:
-        report["estimate"]["basis"] += f" (not counting the {first} job(s) ahead of it, which go first)"
-    report["nextCycle"] = _next_cycle(engine, job)
+    unseen = engine.placement_unseen
+    if unseen is not None:  # no nodes: every placement answer would be "no place", which is not true
+        report["placementNow"] = report["nextCycle"] = {"unknown": unseen}
+        report["estimate"] = {"known": False, "why": unseen}
+    else:
+        report["placementNow"] = _placement_now(engine, job)
+        report["estimate"] = _estimate(engine, job, now)
+        first = len(pos.ahead) if pos is not None else 0
+        if report["estimate"]["known"] and first:
+            report["estimate"]["basis"] += f" (not counting the {first} job(s) ahead of it, which go first)"
+        report["nextCycle"] = _next_cycle(engine, job)
+        if engine.placement_partial:
+            report["placementNow"]["partial"] = report["nextCycle"]["partial"] = engine.placement_partial
     message = str(cond.get("message") or "")
     held = engine.reservations_held()
     own = held.pop(job.uid, None)
@@ -236,7 +243,9 @@ def why_lines(report: Mapping[str, Any], style: Style) -> list[str]:
         lines.append("Quota:")
         lines += _quota_line(report["quota"], str(report.get("message") or ""))
     now = report.get("placementNow")
-    if now:
+    if now and "unknown" in now:
+        lines.append(f"Placement: unknown, {now['unknown']}")
+    elif now:
         if now["fits"]:
             lines.append(f"Placement now: fits in {now['level']} {now['domain']} ({len(now['nodes'])} nodes)")
         else:
@@ -244,7 +253,7 @@ def why_lines(report: Mapping[str, Any], style: Style) -> list[str]:
                     if now.get("bestDomain") else "")
             lines.append(f"Placement now: no place: {now['reason']}{best}")
     nxt = report.get("nextCycle")
-    if nxt:
+    if nxt and "unknown" not in nxt:
         if not nxt["considered"]:
             lines.append("Next cycle: not considered (it would not be a head)")
         elif nxt["result"] == AdmitResult.ADMITTED.value:
@@ -256,6 +265,8 @@ def why_lines(report: Mapping[str, Any], style: Style) -> list[str]:
             lines.append(f"Next cycle: {nxt['result']} ({nxt['reason']}): {nxt['message']}")
         if nxt.get("preempts"):
             lines.append(f"  would preempt: {', '.join(nxt['preempts'])}")
+        if nxt.get("partial"):
+            lines.append(style.warn(f"  (placement from a partial view: {nxt['partial']})"))
     own = report.get("backfillReservation")
     if own:
         lines.append(f"Backfill: holds a reservation of {len(own['nodes'])} nodes ({_some(own['nodes'])}) that "

@@ -258,6 +258,9 @@ def test_a_user_without_list_rights_elsewhere_sees_counts_not_other_teams_jobs(o
             ops, "queues", kubeconfig=kubeconfig).stdout
         assert "secret" not in text
         assert "1 waiting job(s) of other namespaces in this cohort (not visible to you)" in text
+        # Nodes are not theirs to list: placement is unknown, not "no place".
+        assert report["placementNow"]["unknown"].startswith("nodes are not visible to you")
+        assert "Placement: unknown, nodes are not visible to you" in text
     finally:
         ops.cluster.kubectl("delete", "gpujobs", "--all", "-n", other, "--wait=false", check=False)
         ops.cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)

@@ -114,6 +114,7 @@ def test_a_user_who_cannot_list_other_namespaces_sees_counts_and_the_same_quota_
     report = why_report(engine, engine.find("a", "mine"), NOW)  # type: ignore[arg-type]
     assert report["quota"] == admin_quota
     assert report["aheadNotVisible"] == 1
+    assert "may count as free" in report["placementNow"]["partial"]
     assert all("secret" not in a["job"] for a in report["ahead"])
     assert "secret" not in str(queues_report(engine))
 
@@ -197,3 +198,13 @@ def test_the_queue_s_history_gives_a_run_time_when_nothing_else_does() -> None:
     assert report["estimate"]["known"] is True
     assert report["estimate"]["at"].startswith("2026-12-01T10:20:00")  # started 10:00 + the median, 20 min
     assert "the queue's history (median of 3 finished)" in report["estimate"]["basis"]
+
+
+def test_without_nodes_placement_is_unknown_not_impossible() -> None:
+    objects = cluster(job("mine", "a", "team-a", 1))
+    objects.nodes, objects.hidden = [], {"nodes": "forbidden"}
+    engine = Engine(objects)
+    report = why_report(engine, engine.find("a", "mine"), NOW)  # type: ignore[arg-type]
+    assert report["placementNow"] == report["nextCycle"] == {"unknown": "nodes are not visible to you (forbidden)"}
+    assert report["estimate"]["known"] is False
+    assert report["quota"]["fits"] is True

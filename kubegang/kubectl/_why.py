@@ -142,6 +142,10 @@ def why_report(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]
                               "gpus": engine.gpus(job), "priority": engine.priority(job)}
     report["hidden"] = dict(engine.objects.hidden)
     if job.phase.value not in ("Pending", "Queued", "Unschedulable"):
+        placement = job.placement
+        if placement is not None and job.admitted_at:
+            report["placement"] = {"level": placement.level, "domain": placement.domain,
+                                   "nodes": sorted(placement.nodes)}
         return report
     positions = engine.positions()
     pos = positions.get(job.uid)
@@ -223,6 +227,10 @@ def why_lines(report: Mapping[str, Any], style: Style) -> list[str]:
                  + (f" ({report['reason']})" if report.get("reason") else "") + f", {size}"]
     if report.get("message"):
         lines.append(f"  {report['message']}")
+    placed = report.get("placement")
+    if placed:
+        lines.append(f"Placed in {placed['level']} {placed['domain']} on {len(placed['nodes'])} nodes: "
+                     f"{_some(placed['nodes'])}")
     pos = report.get("position")
     if pos:
         lines.append(f"Position: {pos['inQueue']} of {pos['waitingInQueue']} waiting in queue {report['queue']}; "

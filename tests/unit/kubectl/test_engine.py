@@ -208,3 +208,19 @@ def test_without_nodes_placement_is_unknown_not_impossible() -> None:
     assert report["placementNow"] == report["nextCycle"] == {"unknown": "nodes are not visible to you (forbidden)"}
     assert report["estimate"]["known"] is False
     assert report["quota"]["fits"] is True
+
+
+def test_a_running_job_says_where_it_runs() -> None:
+    from kubegang.kubectl._render import Style
+    from kubegang.kubectl._why import why_lines
+
+    report = _why(cluster(job("run", "a", "team-a", 2, phase="Running", reason="AllReplicasRunning",
+                              on=["n0", "n1"])), "run")
+    assert report["placement"] == {"level": "leaf", "domain": "h200-leaves", "nodes": ["n0", "n1"]}
+    assert "position" not in report
+
+    class Plain(Style):
+        def __init__(self) -> None:
+            self.on = False
+
+    assert "Placed in leaf h200-leaves on 2 nodes: n0, n1" in why_lines(report, Plain())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import threading
 import time
 import urllib.request
@@ -18,7 +19,9 @@ from typing import Any
 
 from cryptography import x509
 
-from kubegang.tls import DEFAULT_SERVER_NAMES, KeyPair, client_ssl_context, make_leaf
+from kubegang.tls import DEFAULT_SERVER_NAMES, KeyPair, client_ssl_context, make_ca, make_leaf
+
+from .. import processes
 
 PODS = 20
 
@@ -96,3 +99,57 @@ def test_renewed_certificate_is_served_without_restart_while_pods_keep_schedulin
     extender.cluster.wait_for(f"all {PODS} GPU pods bound through the extender",
                               lambda: bound() == set(created), timeout=90, interval=1)
     assert len(created) == PODS
+
+
+def _handshake_ok(port: int, ca: Path, cert: Path, key: Path) -> bool:
+    """A full mTLS exchange with the verbs listener (the server's verdict on the client arrives after the
+    handshake under TLS 1.3, so a request is sent and its answer read)."""
+    ctx = client_ssl_context(ca, cert, key)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+                ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            tls.sendall(b"GET /debug/snapshot HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            return tls.recv(12).startswith(b"HTTP/1.1 200")
+    except (OSError, ssl.SSLError):
+        return False
+
+
+def test_kube_scheduler_presents_its_renewed_client_certificate_without_a_restart(
+    extender: Any, namespace: str, tmp_path: Path
+) -> None:
+    """docs/install.md: kube-scheduler's client-go re-reads the extender client certificate and key for new
+    connections. Proven by making its old certificate useless: the extender is told to trust only a new CA
+    (--client-ca), which signed the scheduler's renewed certificate; the server certificate stays, since
+    kube-scheduler keeps the CA it loaded at start. The extender is restarted to close the scheduler's
+    open connection; kube-scheduler itself is not."""
+    ports, tls_dir, cluster_dir = extender.kubegang.ports, extender.kubegang.tls_dir, extender.cluster_dir
+    scheduler_pid = processes.pid_of(cluster_dir, "kube-scheduler")
+    saved = {name: (tls_dir / name).read_bytes() for name in ("ca.crt", "client.crt", "client.key")}
+    old_ca, old_client, old_key = tmp_path / "old-ca.crt", tmp_path / "old-client.crt", tmp_path / "old-client.key"
+    for path, name in ((old_ca, "ca.crt"), (old_client, "client.crt"), (old_key, "client.key")):
+        path.write_bytes(saved[name])
+    new_ca = make_ca("kubegang-client-ca-2")
+    renewed = make_leaf(new_ca, "kube-scheduler", client=True)
+    new_client, new_key = tmp_path / "new-client.crt", tmp_path / "new-client.key"
+    new_client.write_bytes(renewed.cert_pem)
+    new_key.write_bytes(renewed.key_pem)
+    https = ports["extender_https"]
+    try:
+        _write(tls_dir / "client.crt", renewed.cert_pem)
+        _write(tls_dir / "client.key", renewed.key_pem)
+        _write(tls_dir / "ca.crt", new_ca.cert_pem)
+        extender.cluster.wait_for("the extender to trust only the new client CA",
+                                  lambda: _handshake_ok(https, old_ca, new_client, new_key), timeout=40)
+        assert not _handshake_ok(https, old_ca, old_client, old_key), "the old client certificate still passes"
+        extender.start(extender.kill())  # closes kube-scheduler's open connection to the extender
+        extender.create_all([extender.gpu_pod(f"renewed-{i}", namespace, 1) for i in range(3)])
+        extender.cluster.wait_for(
+            "kube-scheduler to reach the extender with its renewed certificate",
+            lambda: sum(1 for p in extender.pods(namespace) if p["spec"].get("nodeName")) == 3,
+            timeout=90, interval=1)
+        assert processes.pid_of(cluster_dir, "kube-scheduler") == scheduler_pid, "kube-scheduler was restarted"
+    finally:
+        for name, data in saved.items():
+            _write(tls_dir / name, data)
+        extender.cluster.wait_for("the extender to trust the session's CA again",
+                                  lambda: _handshake_ok(https, old_ca, old_client, old_key), timeout=40)

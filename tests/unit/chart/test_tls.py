@@ -152,3 +152,14 @@ def test_the_secrets_for_a_gitops_install_come_from_the_charts_own_template(run_
                            tmp_path / "server")
     names = _cert(server["tls.crt"]).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "kubegang-extender.kubegang-system.svc" in names.get_values_for_type(x509.DNSName)
+
+
+def test_cert_manager_ca_keeps_its_key_and_outlives_the_leaves(render: Render) -> None:
+    """kube-scheduler loads its CA once: a renewed CA must keep its key (docs/install.md)."""
+    certs = {c["metadata"]["name"]: c["spec"] for c in render("tls.certManager.enabled=true").kind("Certificate")}
+    ca = certs["kg-kubegang-ca"]
+    assert ca["isCA"] is True
+    assert ca["privateKey"]["rotationPolicy"] == "Never"
+    assert ca["duration"] == "87600h"
+    leaves = [spec for name, spec in certs.items() if name != "kg-kubegang-ca"]
+    assert len(leaves) == 2 and all(spec["duration"] == "2160h" for spec in leaves)

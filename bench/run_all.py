@@ -1,25 +1,24 @@
-"""Regenerate docs/benchmarks.md and its plots: ``python -m bench.run_all [--quick] [--seeds N] [--out DIR]``.
+"""Regenerate docs/benchmarks.md and its plots: ``python -m bench.run_all [--quick] [--out DIR]``.
 
 Runs, on the production core (kubegang.placement / quota / preemption / topology):
 
 1. the FGD paper's workload-inflation experiment on the Alibaba openb trace (``bench.sim._openb``),
    for kubegang and our Random / Best-fit re-implementations, against the paper's published curves;
 2. generated multi-node gang workloads (Kalos-like, Philly-like) on the ``superpod-h100`` and
-   ``gb200-nvl72`` shapes under the four policies (``bench.sim``), with the metrics of
-   ``bench.sim._metrics``.
+   ``gb200-nvl72`` shapes under every policy of ``bench.sim.POLICIES``, over seeds, with the
+   metrics of ``bench.sim._metrics`` and 95% intervals (``bench._gangs``).
 
 Writes every artefact under ``--out DIR`` (default docs/): ``DIR/benchmarks.md`` (tables, machine,
 versions, seeds, wall times), the PNGs in ``DIR/benchmarks/`` and the raw figures of every run, per
 seed, in ``DIR/benchmarks/results.json``. Nothing is written outside DIR, so a run into a scratch
 folder leaves the committed page alone. The end-to-end section is read from docs/benchmarks-e2e.md
 (an input, written by ``bench.e2e.run``) when it exists.
-``--quick`` runs a small configuration (one seed, fewer jobs) in about a minute.
+``--quick`` runs a small configuration (one openb seed, two gang seeds, fewer jobs) in about a minute.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.metadata
 import json
 import math
@@ -39,8 +38,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from bench.sim import POLICIES, KubegangPolicy, RunMetrics, benchmark_spec, for_cluster, load_cluster, simulate
+from bench import _gangs as gangs
 from bench.sim import _openb as openb
+from bench.sim import load_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -50,9 +50,11 @@ RESULTS = "results.json"
 E2E = DOCS / "benchmarks-e2e.md"
 CITE_FGD = ('Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with Fragmentation '
             'Gradient Descent", USENIX ATC \'23; trace: alibaba/clusterdata, cluster-trace-gpu-v2023')
-GANG_SHAPES = ("superpod-h100", "gb200-nvl72")
-GANG_WORKLOADS = ("kalos", "philly")
 OPENB_POLICIES = ("kubegang", "bestfit", "random")
+FULL_JOBS = 800
+"""Kalos jobs per gang run by default (Philly: ``PHILLY_JOBS_FACTOR`` times as many); sized so that
+the default run stays near ten minutes on two cores."""
+QUICK_JOBS = 200
 POINTS = (30, 50, 70, 80, 90, 95, 100, 110, 120, 130)
 
 
@@ -78,30 +80,6 @@ def run_openb(seeds: list[int], workloads: tuple[str, ...], log: list[str], node
             print(log[-1], flush=True)
         out["workloads"][workload] = {"tasks": len(tasks), "runs": runs, "paper": openb.paper_curves(workload)}
     return out
-
-
-def run_gangs(jobs: int, seed: int, log: list[str]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for shape in GANG_SHAPES:
-        cluster = load_cluster(shape)
-        for sizes in GANG_WORKLOADS:
-            spec = benchmark_spec(sizes, jobs, seed)
-            workload = for_cluster(spec, cluster)
-            variants: list[tuple[str, Any, list[Any]]] = [(n, f, workload) for n, f in POLICIES.items()]
-            if sizes == "kalos":
-                prio = for_cluster(dataclasses.replace(spec, priority_share=0.2), cluster)
-                variants.append(("kubegang, 20% high priority", KubegangPolicy, prio))
-            for name, factory, jobs_list in variants:
-                start = time.perf_counter()
-                result = simulate(factory(), cluster, jobs_list, seed=seed)
-                wall = time.perf_counter() - start
-                rows.append({"shape": shape, "workload": sizes, "policy": name, "metrics": result.metrics,
-                             "wall_s": wall, "mean_gpus": statistics.fmean(j.gpus for j in jobs_list),
-                             "median_gpus": statistics.median(j.gpus for j in jobs_list),
-                             "max_gpus": max(j.gpus for j in jobs_list)})
-                log.append(f"gang {shape} {sizes} {name}: {wall:.1f}s")
-                print(log[-1], flush=True)
-    return rows
 
 
 def plot_openb(data: dict[str, Any], plots: Path) -> list[str]:
@@ -137,62 +115,6 @@ def plot_openb(data: dict[str, Any], plots: Path) -> list[str]:
     return files
 
 
-def plot_gangs(rows: list[dict[str, Any]], plots: Path) -> list[str]:
-    files = []
-    for shape in GANG_SHAPES:
-        fig, ax = plt.subplots(figsize=(8, 4.5))
-        level = "leaf"
-        for row in rows:
-            if row["shape"] != shape or row["workload"] != "kalos" or "priority" in row["policy"]:
-                continue
-            series = row["metrics"].largest_series
-            ax.step([t for t, _ in series], [v[level] for _, v in series], where="post", label=row["policy"])
-        ax.set_xlabel("simulated hours")
-        ax.set_ylabel(f"largest placeable gang in one {level} (GPUs)")
-        ax.set_title(f"{shape}, Kalos-like workload: largest gang that could start now")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        path = plots / f"largest-{shape}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        files.append(path.name)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    labels = [f"{r['shape']}\n{r['workload']}" for r in rows if r["policy"] == "kubegang"]
-    policies = list(POLICIES)
-    width = 0.8 / len(policies)
-    for k, policy in enumerate(policies):
-        chosen = [r for r in rows if r["policy"] == policy]
-        xs = [i + k * width for i in range(len(chosen))]
-        axes[0].bar(xs, [100 * r["metrics"].steady_alloc for r in chosen], width, label=policy)
-        axes[1].bar(xs, [100 * r["metrics"].narrowest_share for r in chosen], width, label=policy)
-    for ax, title in zip(axes, ("useful GPU allocation while jobs wait (%)",
-                                "gangs in the narrowest feasible domain (%)"), strict=True):
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(labels))], labels, fontsize=7)
-        ax.set_title(title, fontsize=9)
-        ax.set_ylim(0, 105)
-        ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    path = plots / "gang-summary.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    files.append(path.name)
-    return files
-
-
-def _pct(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{100 * value:.1f}%"
-
-
-def _wait(m: RunMetrics, value: float) -> str:
-    return _pct(value) if m.waiting_h > 0 else "no wait"
-
-
-def _h(value: float) -> str:
-    return "n/a" if math.isnan(value) else f"{value:.2f}"
-
-
 def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace,
            log: list[str], wall: float) -> str:
     versions = {p: importlib.metadata.version(p) for p in ("kubegang", "numpy", "matplotlib")}
@@ -205,8 +127,9 @@ def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argpars
         "Regenerate everything on this page with one command from the repository root:",
         "",
         "```sh",
-        ".venv/bin/python -m bench.run_all            # full: 10 seeds on openb, 1,500 jobs per gang run",
-        ".venv/bin/python -m bench.run_all --quick    # small: 1 seed, 300 jobs (about a minute)",
+        f".venv/bin/python -m bench.run_all            # full: 10 openb seeds; 10 gang seeds of {FULL_JOBS} jobs",
+        f".venv/bin/python -m bench.run_all --quick    # small: 1 openb seed; 2 gang seeds of {QUICK_JOBS} jobs",
+        ".venv/bin/python -m bench.run_all --out DIR  # every artefact under DIR instead of docs/",
         "```",
         "",
         "The simulator (`bench/sim/`) drives the production core in simulated time: policy `kubegang`",
@@ -215,11 +138,14 @@ def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argpars
         "`kubegang.preemption.plan_preemption` and the `kubegang.quota` tree, on the `kubegang.topology`",
         "index built from `hack/shapes/*.yaml`. The baselines are",
         "**models** of other schedulers' policies, not the products: `default-scheduler` models",
-        "kube-scheduler alone, `gang-binpack` a Volcano-like gang scheduler, `slurm-tree` Slurm's",
-        "topology/tree plugin with EASY backfill. Their rules are documented in `bench/sim/_baselines.py`.",
+        "kube-scheduler alone, `gang-binpack` Volcano's gang + GPU binpack, `volcano-hypernode` Volcano's",
+        "network-topology-aware mode, `slurm-tree` Slurm's topology/tree with backfill by time limits.",
+        "Their rules are documented in `bench/sim/_baselines.py` and in section 2's method. Raw per-seed",
+        "figures: `benchmarks/results.json` beside this page.",
         "",
-        f"Run: {'quick' if args.quick else 'full'}; openb seeds {args.openb_seeds}; gang workload seed {args.seed}, "
-        f"{args.jobs} jobs per run. Machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
+        f"Run: {'quick' if args.quick else 'full'}; openb seeds {args.openb_seeds}; gang seeds "
+        f"{args.gang_seed_list[0]}..{args.gang_seed_list[-1]}, {args.jobs} Kalos jobs per run. "
+        f"Machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
         f"{platform.platform()}, Python {platform.python_version()}; "
         + ", ".join(f"{k} {v}" for k, v in versions.items()) + f". Total wall time {wall / 60:.1f} min.",
         "",
@@ -263,49 +189,7 @@ def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argpars
                   + (f" (arrived {below[0]}..{below[-1]}%; largest gap {gap:.2f} points)" if below else "") + ".",
                   "- Tasks dropped (mean over seeds): " + ", ".join(
                       f"{p} {run['failed']:.0f}" for p, run in wl["runs"].items()) + ".", ""]
-    lines += [
-        "## 2. Multi-node gang workloads",
-        "",
-        "Generated by `bench/sim/_workload.py` (fixed seed, documented there): job sizes from published",
-        "statistics — `kalos`: Acme/Kalos (Hu et al., NSDI '24; median 1 GPU, mean ~27, max 1,024),",
-        "`philly`: Microsoft Philly (Jeon et al., ATC '19; mean ~1.9) — capped at half the cluster;",
-        "log-normal run times (median 1 h, sigma 1.2, capped at 48 h); Poisson arrivals at an offered",
-        "load of 1.2x the cluster; 4 team queues (Philly: 4x as many jobs). Jobs above one node take",
-        "whole nodes. *no wait*: no job ever waited, so there is nothing to average.",
-        "",
-        "Metrics (`bench/sim/_metrics.py`): *alloc (steady)* — GPUs of running gangs over all GPUs,",
-        "time-averaged while jobs wait, within the arrival window (*alloc (all)*: over the whole run,",
-        "including the final drain); *held* also counts GPUs of incomplete gangs; *partial GPU-h* —",
-        "GPU-hours held by gangs waiting for siblings; *narrowest* — gangs placed at the narrowest level",
-        "that could hold them at that moment (*ideal*: that could hold them on an empty cluster).",
-        "",
-        "![gang summary](benchmarks/gang-summary.png)",
-        "",
-        "| shape | workload | policy | alloc (steady) | alloc (all) | held | partial GPU-h "
-        "| queue delay mean / p95 (h) | JCT mean / p95 (h) | narrowest | ideal | evictions | done | wall s |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        m: RunMetrics = row["metrics"]
-        lines.append(
-            f"| {row['shape']} | {row['workload']} | {row['policy']} | {_wait(m, m.steady_alloc)} | "
-            f"{_wait(m, m.alloc_while_waiting)} | {_wait(m, m.held_while_waiting)} | {m.partial_gpu_hours:,.0f} | "
-            f"{_h(m.queue_delay_mean_h)} / {_h(m.queue_delay_p95_h)} | {_h(m.jct_mean_h)} / {_h(m.jct_p95_h)} | "
-            f"{_pct(m.narrowest_share)} | {_pct(m.ideal_share)} | {m.evictions} | {m.completed}/{m.jobs} | "
-            f"{row['wall_s']:.1f} |")
-    sizes = {(r["shape"], r["workload"]): r for r in rows}
-    lines += ["", "Generated job sizes (GPUs): " + "; ".join(
-        f"{s} {w}: median {r['median_gpus']:.0f}, mean {r['mean_gpus']:.1f}, max {r['max_gpus']}"
-        for (s, w), r in sizes.items()) + ".", ""]
-    lines += ["Largest placeable gang per level, time-averaged (GPUs, whole-node pods; "
-              "`kubegang.placement.largest_placeable`):", "",
-              "| shape | workload | policy | node | nvlink | leaf | spine | block | cluster |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    for row in rows:
-        lg = row["metrics"].largest
-        lines.append(f"| {row['shape']} | {row['workload']} | {row['policy']} | " + " | ".join(
-            f"{lg.get(level, 0):.0f}" for level in ("node", "nvlink", "leaf", "spine", "block", "cluster")) + " |")
-    lines += [""] + [f"![largest {s}](benchmarks/largest-{s}.png)" for s in GANG_SHAPES] + [""]
+    lines += gangs.render(rows, args.gang_seed_list, args.jobs)
     lines += ["## 3. End to end on the local control plane", "",
               "<!-- e2e: this section is included from docs/benchmarks-e2e.md when that file exists -->", ""]
     if E2E.exists():
@@ -320,13 +204,11 @@ def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argpars
 
 def write_results(path: Path, openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace,
                   wall: float) -> None:
-    """The raw figures of every run (openb curves per seed, every gang run's metrics) as JSON."""
-    gang = [{**{k: v for k, v in row.items() if k != "metrics"},
-             "metrics": {k: v for k, v in dataclasses.asdict(row["metrics"]).items() if k != "largest_series"}}
-            for row in rows]
-    data = {"run": {"quick": args.quick, "openb_seeds": args.openb_seeds, "jobs": args.jobs, "seed": args.seed,
-                    "wall_s": wall},
-            "openb": openb_data, "gangs": gang}
+    """The raw figures of every run (openb curves per seed, every gang run's metrics per seed, and
+    their means with 95% half-widths) as strict JSON."""
+    data = {"run": {"quick": args.quick, "openb_seeds": args.openb_seeds, "jobs": args.jobs,
+                    "gang_seeds": args.gang_seed_list, "wall_s": wall},
+            "openb": openb_data, "gangs": gangs.raw(rows), "gang_summary": gangs.summary(rows)}
     path.write_text(json.dumps(_plain(data), indent=1, allow_nan=False) + "\n")
 
 
@@ -343,10 +225,14 @@ def _plain(value: Any) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one openb seed, 300 jobs per gang run")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"one openb seed, two gang seeds of {QUICK_JOBS} jobs (about a minute)")
     parser.add_argument("--seeds", type=int, default=None, help="openb seeds (default 10, quick 1)")
-    parser.add_argument("--jobs", type=int, default=None, help="jobs per gang run (default 1500, quick 300)")
-    parser.add_argument("--seed", type=int, default=1, help="gang workload seed")
+    parser.add_argument("--gang-seeds", type=int, default=None, help="gang seeds 1..N (default 10, quick 2)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help=f"Kalos jobs per gang run, Philly twice as many (default {FULL_JOBS}, quick {QUICK_JOBS})")
+    parser.add_argument("--priority", action="store_true",
+                        help="also run kubegang on the Kalos workloads with 20%% high-priority jobs (preemption)")
     parser.add_argument("--out", type=Path, default=DOCS,
                         help="directory for every artefact: benchmarks.md, benchmarks/*.png, benchmarks/results.json"
                              " (default docs/)")
@@ -356,16 +242,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.out.suffix == ".md":
         parser.error(f"--out is a directory now (benchmarks.md is written inside it), got {args.out}")
     seeds = args.seeds if args.seeds is not None else (1 if args.quick else 10)
-    args.jobs = args.jobs if args.jobs is not None else (300 if args.quick else 1500)
+    gang_seeds = args.gang_seeds if args.gang_seeds is not None else (2 if args.quick else 10)
+    for flag, value in (("--seeds", seeds), ("--gang-seeds", gang_seeds), ("--jobs", args.jobs or 1)):
+        if value < 1:
+            parser.error(f"{flag} must be at least 1, got {value}")
+    args.jobs = args.jobs if args.jobs is not None else (QUICK_JOBS if args.quick else FULL_JOBS)
     args.openb_seeds = f"1..{seeds}"
+    args.gang_seed_list = list(range(1, gang_seeds + 1))
     plots = args.out / PLOTS_DIR
     plots.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
     start = time.perf_counter()
     openb_data = run_openb(list(range(1, seeds + 1)), openb.WORKLOADS, log, args.openb_nodes, args.openb_tasks)
-    rows = run_gangs(args.jobs, args.seed, log)
+    rows = gangs.run(args.gang_seed_list, args.jobs, log, priority=args.priority)
     plot_openb(openb_data, plots)
-    plot_gangs(rows, plots)
+    gangs.plot(rows, plots)
     wall = time.perf_counter() - start
     page = args.out / "benchmarks.md"
     page.write_text(render(openb_data, rows, args, log, wall))

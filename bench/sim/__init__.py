@@ -5,28 +5,50 @@ Public API::
     load_cluster(name_or_path, limit=None) -> Cluster     a shape from hack/shapes, compiled
     GangWorkload, generate(...) -> list[Job]              multi-node gang workloads (documented)
     Policy, Step, simulate(policy, cluster, jobs)         the engine
-    KubegangPolicy, DefaultSchedulerModel,
-    GangBinpackModel, SlurmTreeModel                      the four policies compared
+    KubegangPolicy, DefaultSchedulerModel, GangBinpackModel,
+    VolcanoHyperNodeModel, SlurmTreeModel                 the policies compared
+    narrowest_level                                       the neutral narrowest-domain judge
     POLICIES                                              name -> factory
     openb: load_tasks, inflate, replay, OPENB_POLICIES    the FGD paper's workload-inflation experiment
 """
 
 from collections.abc import Callable
 
-from ._baselines import RENDEZVOUS_TIMEOUT_S, DefaultSchedulerModel, GangBinpackModel, SlurmTreeModel
+from ._baselines import (
+    RENDEZVOUS_TIMEOUT_S,
+    DefaultSchedulerModel,
+    GangBinpackModel,
+    SlurmTreeModel,
+    VolcanoHyperNodeModel,
+    tree_select,
+)
 from ._cluster import Cluster, load_cluster, shape_nodes
 from ._engine import Policy, RunResult, Step, simulate
 from ._kubegang import KubegangPolicy
 from ._metrics import RunMetrics, gang_request, percentile
-from ._workload import KALOS_SIZES, PHILLY_SIZES, GangWorkload, Job, benchmark_spec, for_cluster, generate, size_stats
+from ._oracle import narrowest_level
+from ._workload import (
+    KALOS_SIZES,
+    PHILLY_SIZES,
+    GangWorkload,
+    Job,
+    benchmark_spec,
+    for_cluster,
+    generate,
+    offered_load,
+    round_up_limit,
+    size_stats,
+)
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "kubegang": KubegangPolicy,
     "default-scheduler": DefaultSchedulerModel,
     "gang-binpack": GangBinpackModel,
+    "volcano-hypernode": VolcanoHyperNodeModel,
     "slurm-tree": SlurmTreeModel,
 }
-"""The policies compared on gang workloads, by name."""
+"""The policies compared on gang workloads, by name. Every one orders jobs by priority then arrival
+in one queue: kubegang runs with a single GPUQueue (no fair share), as the models have none."""
 
 __all__ = [
     "KALOS_SIZES",
@@ -44,13 +66,18 @@ __all__ = [
     "RunResult",
     "SlurmTreeModel",
     "Step",
+    "VolcanoHyperNodeModel",
     "benchmark_spec",
     "for_cluster",
     "gang_request",
     "generate",
     "load_cluster",
+    "narrowest_level",
+    "offered_load",
     "percentile",
+    "round_up_limit",
     "shape_nodes",
     "simulate",
     "size_stats",
+    "tree_select",
 ]

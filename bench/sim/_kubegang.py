@@ -13,9 +13,11 @@ Quota is the port ``_TreeQuota`` over ``kubegang.quota`` (the same ``PendingQueu
 policy and ``quota_victims`` chooser the operator's ``QuotaBook`` uses). Evictions are instantaneous
 here, so a pass runs cycles until one admits and preempts nothing.
 
-Queues: one leaf per team under one root; each leaf's nominal quota is an equal share of every GPU
-product, with unlimited borrowing and lending, so quota shapes the order (fair share) but never
-idles GPUs. Leaves may preempt lower-priority jobs in their own queue and, while borrowing, in others.
+Queues: ``queues`` leaves under one root (default **one**, so that kubegang is compared with the
+baseline models, which have no fair share, under the same order: priority, then arrival); each
+leaf's nominal quota is an equal share of every GPU product, with unlimited borrowing and lending,
+so with several leaves quota shapes the order (fair share) but never idles GPUs. Leaves may preempt
+lower-priority jobs in their own queue and, while borrowing, in others.
 """
 
 from __future__ import annotations
@@ -158,7 +160,7 @@ class KubegangPolicy:
 
     name = "kubegang"
 
-    def __init__(self, queues: int = 4, backfill: BackfillPolicy | None = None) -> None:
+    def __init__(self, queues: int = 1, backfill: BackfillPolicy | None = None) -> None:
         self.queues = queues
         self.backfill_policy = backfill or BackfillPolicy()
         self.now = 0.0

@@ -1,5 +1,21 @@
 """What a run measures, integrated over simulated time.
 
+The headline figures are over windows that are the same for every policy (the audit found that
+"while this policy's queue is non-empty" compares policies over different times):
+
+- **alloc (arrivals)**: GPUs of running gangs over all GPUs, time-averaged from the first to the last
+  arrival (the same window for every policy on one workload).
+- **alloc (to drain end)**: the same from the first arrival to the end of the drain (the last
+  completion). Over one common window to the *latest* policy's end this would be the same number for
+  every policy (they all run the same work), so the drain is compared by **makespan** (first
+  arrival to last completion) and this figure is that makespan's utilisation.
+- **Waits by size**: queueing delay (first start - arrival) of the largest decile of jobs (jobs at or
+  above the 90th percentile of GPUs): p99 and maximum; **starved**: jobs that waited more than
+  ``STARVED_AFTER_S``.
+- **Offered load**: what the run's jobs actually asked for (``offered_load``), printed per run.
+
+Kept for the backfill sweep and the raw JSON (not the headline):
+
 - **Allocation while jobs wait**: the time average of GPUs held by *running* gangs over the cluster's
   GPUs, counted only while at least one job waits (an idle cluster with an empty queue is not a
   scheduler's failure). GPUs held by incomplete gangs are reported apart (``held_while_waiting``
@@ -10,10 +26,10 @@
 - **Partial-gang GPU-hours**: the integral of GPUs held by gangs still waiting for siblings
   (kube-scheduler's deadlock waste; zero by construction for all-or-nothing policies).
 - **Queueing delay** (first start - arrival) and **job completion time** (finish - arrival): mean, p95.
-- **Narrowest domain**: for each gang start, the narrowest level at which some domain could hold the
-  whole gang *at that moment* (asked of the placement engine with the gang's own allocation rolled
-  back) against the level the policy's placement actually spans. ``ideal`` compares with the
-  narrowest level that could hold the gang on an empty cluster.
+- **Narrowest domain**: for each gang start, the level the policy's placement spans against the
+  narrowest level at which some domain could hold the whole gang *at that moment* (the gang's own
+  GPUs given back), judged by counting free GPUs (``bench.sim._oracle.narrowest_level``), not by
+  any policy's planner. ``ideal`` compares with the narrowest level on an empty cluster.
 - **Largest placeable gang per level** (``kubegang.placement.largest_placeable``), sampled over time.
 """
 
@@ -25,11 +41,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kubegang.levels import Level
-from kubegang.placement import GangRequest, Placement, Snapshot, largest_placeable, plan
-from kubegang.topology import FABRIC_LEVELS, level_span
+from kubegang.placement import GangRequest, Snapshot, largest_placeable
+from kubegang.topology import FABRIC_LEVELS, flavour_key, level_span
 
 from ._cluster import Cluster
-from ._workload import Job
+from ._oracle import narrowest_level
+from ._workload import Job, offered_load
+
+STARVED_AFTER_S = 24 * 3600.0
+"""A job that waited longer than this to start counts as starved."""
+LARGE_DECILE = 90.0
+"""Jobs at or above this percentile of size (GPUs) are the "largest decile"."""
 
 if TYPE_CHECKING:
     from ._engine import Policy
@@ -78,6 +100,21 @@ class RunMetrics:
     """Share of starts placed at the narrowest level that could hold them on an empty cluster."""
     evictions: int
     restarts: int
+    alloc_arrivals: float = 0.0
+    """Fraction 0..1: running gangs' GPUs over the cluster's, first to last arrival (common window)."""
+    alloc_to_drain: float = 0.0
+    """Same, first arrival to the last completion (the makespan's utilisation)."""
+    queue_delay_p99_h: float = math.nan
+    queue_delay_max_h: float = math.nan
+    large_gpus: int = 0
+    """Smallest job size (GPUs) of the largest decile."""
+    large_jobs: int = 0
+    large_wait_p99_h: float = math.nan
+    large_wait_max_h: float = math.nan
+    starved: int = 0
+    """Jobs that waited more than ``STARVED_AFTER_S``."""
+    offered_load: float = math.nan
+    """The run's actual offered load (``bench.sim._workload.offered_load``)."""
     largest: dict[str, float] = field(default_factory=dict)
     """Level -> time-averaged largest placeable gang (GPUs, whole-node pods)."""
     largest_series: list[tuple[float, dict[str, int]]] = field(default_factory=list)
@@ -93,6 +130,8 @@ class MetricsRecorder:
         self.jobs = jobs
         self.t = 0.0
         self.last_arrival = max((j.arrival for j in jobs.values()), default=0.0)
+        self.first_arrival = min((j.arrival for j in jobs.values()), default=0.0)
+        self.window_busy = 0.0
         self.steady_wait = 0.0
         self.steady_busy = 0.0
         self.busy = 0
@@ -119,6 +158,7 @@ class MetricsRecorder:
         partial = policy.partial_gpus()
         self.partial += partial * dt
         self.useful += self.busy * dt
+        self.window_busy += self.busy * max(0.0, min(t, self.last_arrival) - max(self.t, self.first_arrival))
         if policy.waiting() > 0:
             self.wait_time += dt
             self.busy_wait += self.busy * dt
@@ -160,21 +200,24 @@ class MetricsRecorder:
         if not nodes:
             return
         actual, _ = level_span(topo, nodes)
-        with self.snapshot.what_if():
-            self.snapshot.release(job.id)
-            now = plan(gang_request(job), self.snapshot)
+        cap = self.snapshot.capacity.get(flavour_key(job.product))
+        if cap is None:
+            return
+        free = list(cap.free)
+        for a in allocations:  # give the gang's own GPUs back: what was free just before it started
+            free[topo.node_number[a.node]] += len(a.gpus)
+        now = narrowest_level(topo, free, job.pods, job.gpus_per_pod)
         self.gangs += 1
-        if isinstance(now, Placement) and actual <= now.level:
+        if now is not None and actual <= now:
             self.narrow += 1
-        ideal = self._ideal(job)
+        ideal = self._ideal(job, cap.total)
         if ideal is not None and actual <= ideal:
             self.ideal += 1
 
-    def _ideal(self, job: Job) -> Level | None:
+    def _ideal(self, job: Job, total: list[int]) -> Level | None:
         key = (job.pods, job.gpus_per_pod, job.product)
         if key not in self._ideal_level:
-            result = plan(gang_request(job), self.cluster.snapshot())
-            self._ideal_level[key] = result.level if isinstance(result, Placement) else None
+            self._ideal_level[key] = narrowest_level(self.snapshot.topology, total, job.pods, job.gpus_per_pod)
         return self._ideal_level[key]
 
     def result(self, end: float, jobs: int) -> RunMetrics:
@@ -184,10 +227,16 @@ class MetricsRecorder:
         levels = [lvl.label for lvl in FABRIC_LEVELS]
         largest = {lvl: sum(s[1][lvl] for s in self.series) / len(self.series) if self.series else 0.0
                    for lvl in levels}
+        window = self.last_arrival - self.first_arrival
+        drain = end - self.first_arrival
+        sizes = [j.gpus for j in self.jobs.values()]
+        large_gpus = int(percentile([float(g) for g in sizes], LARGE_DECILE)) if sizes else 0
+        large = [self.first_start[j] - self.jobs[j].arrival for j in self.first_start
+                 if self.jobs[j].gpus >= large_gpus]
         return RunMetrics(
             jobs=jobs,
             completed=len(self.finish_at),
-            makespan_h=end / 3600.0,
+            makespan_h=drain / 3600.0,
             alloc_while_waiting=self.busy_wait / (self.wait_time * gpus) if self.wait_time else 0.0,
             held_while_waiting=self.held_wait / (self.wait_time * gpus) if self.wait_time else 0.0,
             steady_alloc=self.steady_busy / (self.steady_wait * gpus) if self.steady_wait else 0.0,
@@ -203,6 +252,16 @@ class MetricsRecorder:
             ideal_share=self.ideal / self.gangs if self.gangs else math.nan,
             evictions=self.evictions,
             restarts=self.restarts,
+            alloc_arrivals=self.window_busy / (window * gpus) if window > 0 else 0.0,
+            alloc_to_drain=self.useful / (drain * gpus) if drain > 0 else 0.0,
+            queue_delay_p99_h=percentile(delays, 99) / 3600.0,
+            queue_delay_max_h=max(delays) / 3600.0 if delays else math.nan,
+            large_gpus=large_gpus,
+            large_jobs=len(large),
+            large_wait_p99_h=percentile(large, 99) / 3600.0,
+            large_wait_max_h=max(large) / 3600.0 if large else math.nan,
+            starved=sum(d > STARVED_AFTER_S for d in delays),
+            offered_load=offered_load(list(self.jobs.values()), gpus),
             largest=largest,
             largest_series=self.series,
         )

@@ -352,6 +352,10 @@ class ReloadingServerTLS:
         """Look at the files every ``every`` seconds until cancelled; ``on_check`` sees each outcome."""
         while True:
             await asyncio.sleep(every)
-            outcome = await asyncio.to_thread(self.check)
+            try:
+                outcome = await asyncio.to_thread(self.check)
+            except Exception:  # check() refuses bad files itself; anything else must not end the watch
+                log.exception("looking at the TLS files failed; trying again in %.0fs", every)
+                continue
             if on_check is not None:
                 on_check(outcome)

@@ -315,3 +315,38 @@ def _write_all(folder: Path, ca: KeyPair, leaf: KeyPair) -> None:
     (folder / "old-ca.crt").write_bytes(ca.cert_pem)
     (folder / "old.crt").write_bytes(leaf.cert_pem)
     (folder / "old.key").write_bytes(leaf.key_pem)
+
+
+def test_a_reload_interval_that_is_not_positive_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from kubegang.extender.__main__ import main
+
+    assert main(["--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca", "--tls-reload-seconds", "0"]) == 2
+    assert "--tls-reload-seconds must be > 0, got 0.0" in capsys.readouterr().err
+
+
+async def test_the_watch_survives_a_look_that_fails_unexpectedly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ca = make_ca()
+    folder = tmp_path / "tls"
+    folder.mkdir()
+    _publish(folder, _server_files(ca, make_leaf(ca, "kubegang-extender", server_names=NAMES)))
+    tls = ReloadingServerTLS(folder / "tls.crt", folder / "tls.key", folder / "ca.crt")
+    looks: list[int] = []
+
+    def flaky() -> ReloadOutcome:
+        looks.append(1)
+        if len(looks) == 1:
+            raise RuntimeError("unexpected")
+        return ReloadOutcome.UNCHANGED
+
+    monkeypatch.setattr(tls, "check", flaky)
+    seen: list[ReloadOutcome] = []
+    task = asyncio.create_task(tls.watch(0.01, seen.append))
+    for _ in range(200):
+        if seen:
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert len(looks) >= 2 and seen[0] is ReloadOutcome.UNCHANGED

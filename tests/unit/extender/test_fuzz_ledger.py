@@ -142,13 +142,18 @@ def pods(draw: st.DrawFn) -> Any:
         annotations["kubegang.io/node"] = draw(node_names)
     if draw(st.booleans()):
         annotations["kubegang.io/gpus"] = draw(gpu_indices)
-    resources = {kind: {"nvidia.com/gpu": draw(quantities)}
+    if draw(st.integers(0, 3)) == 0:  # a GPU share
+        annotations["kubegang.io/gpu-milli"] = draw(st.sampled_from(["1", "500", "999", "1000", "0", "-5", "x", ""]))
+    resources = {kind: {name: draw(quantities)
+                        for name in draw(st.sets(st.sampled_from(["nvidia.com/gpu", "cpu", "memory"]), min_size=1))}
                  for kind in draw(st.sets(st.sampled_from(["limits", "requests"])))}
     containers = [{"name": "c", "resources": resources}] * draw(st.integers(0, 3))
+    init = [{"name": "i", "resources": resources}] if draw(st.integers(0, 3)) == 0 else []
     return {
         "metadata": {"name": draw(st.text(max_size=8)), "namespace": "ns", "uid": draw(st.text(max_size=8)),
                      "labels": labels, "annotations": annotations},
-        "spec": {"containers": containers, **({"nodeName": draw(node_names)} if draw(st.booleans()) else {}),
+        "spec": {"containers": containers, **({"initContainers": init} if init else {}),
+                 **({"nodeName": draw(node_names)} if draw(st.booleans()) else {}),
                  **({"tolerations": draw(json_junk)} if draw(st.integers(0, 4)) == 0 else {})},
     }
 

@@ -160,9 +160,15 @@ class KubegangPolicy:
 
     name = "kubegang"
 
-    def __init__(self, queues: int = 1, backfill: BackfillPolicy | None = None) -> None:
+    def __init__(self, queues: int = 1, backfill: BackfillPolicy | None = None, *,
+                 max_rounds: int | None = None) -> None:
+        """``max_rounds``: the cycle's ``CycleSettings.max_rounds`` (None: the operator's default);
+        other values are experiments (``bench.sim.why_waits``), not what the operator runs."""
         self.queues = queues
         self.backfill_policy = backfill or BackfillPolicy()
+        defaults = CycleSettings()
+        self.settings = CycleSettings(backfill=self.backfill_policy,
+                                      max_rounds=defaults.max_rounds if max_rounds is None else max_rounds)
         self.now = 0.0
 
     def reset(self, cluster: Cluster, snapshot: Snapshot, rng: random.Random) -> None:
@@ -182,7 +188,7 @@ class KubegangPolicy:
         self.tree = QuotaTree(specs, clock=lambda: self.now)
         self.quota = _TreeQuota(self.tree, lambda: self.now)
         self.cycle: AdmissionCycle[_SimJob, Placement] = AdmissionCycle(
-            self.quota, settings=CycleSettings(backfill=self.backfill_policy), clock=lambda: self.now)
+            self.quota, settings=self.settings, clock=lambda: self.now)
         self.waiting_jobs: dict[str, _SimJob] = {}
         self._step = Step()
 

@@ -7,7 +7,8 @@ The pure core, each package with its public API in its ``__init__``:
 - ``kubegang.placement``: gang requests, the transactional snapshot, ``plan()``;
 - ``kubegang.preemption``: the smallest set of whole gangs whose eviction lets a gang run;
 - ``kubegang.quota``: the GPUQueue tree, fair share, admission order, preemption candidates;
-- ``kubegang.levels``, ``kubegang.podcontract``, ``kubegang.shapes``, ``kubegang.tls``: shared vocabulary.
+- ``kubegang.levels``, ``kubegang.podcontract``, ``kubegang.shapes``, ``kubegang.tls``: shared vocabulary;
+- ``kubegang.backoff``: the one jittered exponential backoff every watch and retry loop uses.
 
 The processes built on it (``kubegang.operator``, ``kubegang.extender``, ``kubegang.agent``) import
 the core; the core imports none of them. Nothing is re-exported here, so starting one process

@@ -242,8 +242,8 @@ class ReloadOutcome(enum.Enum):
     RELOADED = "reloaded"
     """They changed and the new certificate, key and CA are in use for new connections."""
     REFUSED = "refused"
-    """They changed but do not load (a key that does not match, a file half written): the last good
-    material stays in use and the next look tries again."""
+    """They changed but do not load (a key that does not match, a file half written, a file gone): the
+    last good material stays in use until the files change again and load."""
 
 
 @dataclass(frozen=True)
@@ -263,6 +263,8 @@ class ServerMaterial:
 
 
 _Stamp = tuple[tuple[int, int, int, int], ...]
+_MISSING: _Stamp = ()
+"""The state "a file is missing or unreadable", for :meth:`ReloadingServerTLS.check`."""
 
 
 def files_stamp(paths: tuple[Path, ...]) -> _Stamp:
@@ -318,22 +320,33 @@ class ReloadingServerTLS:
                               generation=generation)
 
     def check(self) -> ReloadOutcome:
-        """Reload if the files changed since the last load (blocking file I/O: call it off the loop)."""
-        stamp: _Stamp | None = None
+        """Reload if the files changed since the last look (blocking file I/O: call it off the loop).
+
+        Each state of the files is judged once: files that were refused and have not changed since
+        are UNCHANGED at the next look, so REFUSED counts changes that did not load, not looks.
+        """
         try:
             stamp = files_stamp(self._paths)
-            if stamp == self._stamp:
-                return ReloadOutcome.UNCHANGED
+        except OSError as exc:
+            return self._refuse(_MISSING, exc)
+        if stamp in (self._stamp, self._refused):
+            return ReloadOutcome.UNCHANGED
+        try:
             material = self._load(self._current.generation + 1)
         except (OSError, ValueError, ssl.SSLError) as exc:
-            if stamp is None or stamp != self._refused:  # once per state of the files, not every look
-                log.warning("TLS files %s changed but do not load (%s); keeping generation %d",
-                            ", ".join(map(str, self._paths)), exc, self._current.generation)
-            self._refused = stamp
-            return ReloadOutcome.REFUSED
+            return self._refuse(stamp, exc)
         self._current = material
+        self._refused = None
         log.info("TLS files reloaded: generation %d", material.generation)
         return ReloadOutcome.RELOADED
+
+    def _refuse(self, stamp: _Stamp, exc: Exception) -> ReloadOutcome:
+        if stamp == self._refused:
+            return ReloadOutcome.UNCHANGED
+        self._refused = stamp
+        log.warning("TLS files %s changed but do not load (%s); keeping generation %d",
+                    ", ".join(map(str, self._paths)), exc, self._current.generation)
+        return ReloadOutcome.REFUSED
 
     def listening_context(self) -> ssl.SSLContext:
         """The context an HTTPS listener is started with; every handshake uses :attr:`current`."""

@@ -268,7 +268,13 @@ def test_unchanged_files_are_not_reloaded(tmp_path: Path) -> None:
     assert tls.current.generation == 1
     (folder / "..data").unlink()  # the files vanish (a Secret deleted): refused, the old ones stay
     assert tls.check() is ReloadOutcome.REFUSED
+    assert tls.check() is ReloadOutcome.UNCHANGED, "one refusal per state of the files, not per look"
     assert tls.current.generation == 1
+    renewed = make_leaf(ca, "kubegang-extender", server_names=NAMES)
+    _publish(folder, {"ca.crt": ca.cert_pem, "tls.crt": renewed.cert_pem, "tls.key": ca.key_pem})  # wrong key
+    assert [tls.check(), tls.check()] == [ReloadOutcome.REFUSED, ReloadOutcome.UNCHANGED]
+    _publish(folder, _server_files(ca, renewed))
+    assert tls.check() is ReloadOutcome.RELOADED and tls.current.generation == 2
 
 
 @pytest.mark.asyncio(loop_scope="session")

@@ -15,6 +15,7 @@ from prometheus_client import start_http_server
 from kubegang.operator._metrics import REGISTRY
 from kubegang.operator._run import run
 from kubegang.operator._settings import OperatorSettings
+from kubegang.operator._standby import LostLeadership
 
 
 def _on_off(value: str) -> bool:
@@ -142,6 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"kubegang-operator: {exc}", file=sys.stderr)
         return 2
+    except LostLeadership as exc:
+        # As client-go's leaders do: exit, and let the Deployment start a fresh standby.
+        print(f"kubegang-operator: {exc}; exiting", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         pass
     return 0

@@ -1,8 +1,10 @@
 """Assemble the operator from its parts and run it until a signal stops it.
 
-Three long-lived tasks: Kopf's watches (every replica), the Lease campaign, and the leader's loop.
-When Kopf exits (SIGINT/SIGTERM) the others are cancelled and the Lease is given up, so the standby
-takes over at once instead of after the lease expires.
+Three long-lived tasks: the Lease campaign, the leader's loop, and Kopf's watches, which only the
+leader runs (a standby campaigns and answers /healthz, nothing else: ``_standby``). When Kopf exits
+(SIGINT/SIGTERM) the others are cancelled and the Lease is given up, so the standby takes over at
+once instead of after the lease expires; when the leader loses the Lease, Kopf is stopped and
+``run`` raises ``LostLeadership``, so the process exits and comes back as a fresh standby.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from kubegang.operator._kube import KubeApi, RateLimiter, make_client
 from kubegang.operator._leader import AlwaysLeader, LeaderElector
 from kubegang.operator._quota_book import QuotaBook
 from kubegang.operator._settings import OperatorSettings
+from kubegang.operator._standby import LostLeadership, stand_by, until_lost
 from kubegang.operator._watches import build_registry, resync_from_api
 from kubegang.quota import BackfillPolicy
 
@@ -107,14 +110,21 @@ async def run(settings: OperatorSettings) -> None:
         settings.extender_address,
         "on" if settings.leader_election else "off",
     )
+    stop = asyncio.Event()
     try:
+        await stand_by(elector, health_port=settings.health_port)
+        # Created before Kopf starts: Kopf cancels every task spawned while it runs when it stops.
+        background.append(asyncio.create_task(until_lost(elector, stop), name="kubegang-lease-watch"))
         await kopf.operator(
             registry=registry,
             standalone=True,  # peering off: the Lease decides who acts, and handlers only read
             clusterwide=not settings.watch_namespaces,
             namespaces=list(settings.watch_namespaces),
             liveness_endpoint=liveness_endpoint(settings),
+            stop_flag=stop,
         )
+        if stop.is_set():
+            raise LostLeadership(f"{settings.identity} lost the Lease")
     finally:
         for task in background:
             task.cancel()

@@ -5,7 +5,9 @@ classes, preemption within a leaf, jobs that fail and are restarted, and jobs th
 switch. While they run, each of the extender, the operator leader, kube-scheduler, kube-apiserver,
 etcd and the agent is SIGKILLed and comes back (control-plane processes by ``hack/supervise.py``,
 as the kubelet would restart them; kubegang's by the test, as a Deployment or DaemonSet would), and
-the leader is SIGSTOPped for longer than its lease and then continued.
+the leader is SIGSTOPped for longer than its lease and then continued (it exits on waking, as
+client-go's leaders do; the stack is whole again after the test). kwok, the fake kubelet, is killed
+too, after etcd: it does not retry a pod status patch the API refused while etcd was down.
 
 An auditor samples plain Kubernetes objects (never kubegang's own state) every two seconds: no node
 holds more GPUs than it has, no (job, replica) has two live pods, no gang stays partly bound past
@@ -211,6 +213,11 @@ def test_a_burst_survives_every_process_killed_and_the_leader_paused(ops: Any, r
         kills.append("kube-apiserver")
         chaos.control_plane("etcd", apiserver_ready)
         kills.append("etcd")
+        # kwok is the fake kubelet. A kubelet retries a status update the API refused; kwok gives a
+        # stage up when its patch fails (as they did while etcd was down), leaving that pod Running
+        # forever. Restarting it, as a kubelet restart would, replays the stages of every pod.
+        chaos.control_plane("kwok", apiserver_ready)
+        kills.append("kwok")
         chaos.kubegang_process("kubegang-agent", agent_ready)
         kills.append("agent")
         # Pause the leader past its lease, then let it run on: it must wake up fenced.
@@ -233,7 +240,7 @@ def test_a_burst_survives_every_process_killed_and_the_leader_paused(ops: Any, r
             return len(jobs) == JOBS and all((j.get("status") or {}).get("phase") in ("Succeeded", "Failed")
                                              for j in jobs)
 
-        ops.cluster.wait_for("every job Succeeded or Failed", settled, timeout=600, interval=3)
+        ops.cluster.wait_for("every job Succeeded or Failed", settled, timeout=300, interval=3)
     finally:
         auditor.stop.set()
         auditor.join(timeout=30)

@@ -177,6 +177,10 @@ def _unplaceable(snapshot: Snapshot, gang: GangRequest, cap: FlavourCapacity, to
         room = best.pods
         blocked = ", ".join(f"{count} by {kind}" for kind, count in best.blocked.most_common())
         has += f" by GPU count, but at most {best.pods} usable" + (f" ({blocked})" if blocked else "")
+    elif bound >= p:
+        # No domain had a single usable node: a count of free GPUs alone would mislead.
+        room = 0
+        has += " by GPU count, but none usable by this job (node selector, GPU product, taints, CPU or memory)"
     return _unless_never(snapshot, gang, cap, top, Unplaceable(gang.id, f"{need}; {has}", top, name, room))
 
 

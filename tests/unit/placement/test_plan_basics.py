@@ -103,3 +103,16 @@ def test_product_flavour_only_uses_matching_gpus() -> None:
     missing = plan(GangRequest("g", pods=1, gpus_per_pod=4, gpu_product="B200"), snap)
     assert isinstance(missing, Unplaceable)
     assert "B200" in missing.reason
+
+
+def test_free_gpus_that_no_node_of_the_job_may_use_are_not_reported_as_room() -> None:
+    """A job pinned by its node selector to nodes that are busy: the free ones elsewhere are no room for it."""
+    nodes = [NodeInfo(name=f"n{i}", gpus=tuple(GPUInfo(index=g) for g in range(8)), labels={"pool": "a" if i < 2
+             else "b"}) for i in range(6)]
+    snap = _snapshot(nodes)
+    _place(snap, GangRequest("busy", pods=2, gpus_per_pod=8, node_selector={"pool": "a"}))
+    result = plan(GangRequest("g", pods=2, gpus_per_pod=8, node_selector={"pool": "a"}), snap)
+    assert isinstance(result, Unplaceable), result
+    assert result.reason.endswith("the cluster has 4 such nodes free by GPU count, but at most 0 usable "
+                                  "(4 by node selector)"), result.reason
+    assert result.best_pods == 0

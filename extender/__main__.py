@@ -10,6 +10,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from kubegang.authn import add_serving_flags
 from kubegang.extender._runtime import run_extender
 from kubegang.extender._settings import ExtenderSettings
 
@@ -19,7 +20,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kubegang-extender",
         description="kubegang scheduler extender: kube-scheduler verbs over HTTPS and the Placement "
-                    "gRPC service, both mTLS only; /healthz, /readyz and /metrics on a plain port.",
+                    "gRPC service, both mTLS only; /healthz, /readyz and /metrics on a third port (HTTPS with "
+                    "token checks unless --metrics-auth=off).",
     )
     p.add_argument("--tls-cert", type=Path, required=True, help="server certificate (PEM)")
     p.add_argument("--tls-key", type=Path, required=True, help="server private key (PEM)")
@@ -34,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc-port", type=int, default=defaults["grpc_port"], help="Placement gRPC port")
     p.add_argument("--health-address", default=defaults["health_address"])
     p.add_argument("--health-port", type=int, default=defaults["health_port"], help="health/metrics port")
+    add_serving_flags(p)
     p.add_argument("--max-body-bytes", type=int, default=defaults["max_body_bytes"])
     p.add_argument("--reservation-ttl-seconds", type=float, default=defaults["reservation_ttl_seconds"])
     p.add_argument("--topology-preset", default=defaults["topology_preset"],
@@ -70,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             print(f"kubegang-extender: {path} does not exist or is not a file", file=sys.stderr)
             return 2
+    try:
+        settings.serving  # noqa: B018 - checks the metrics certificate flags before anything starts
+    except ValueError as exc:
+        print(f"kubegang-extender: {exc}", file=sys.stderr)
+        return 2
     asyncio.run(_serve(settings))
     return 0
 

@@ -6,8 +6,11 @@ types, a body over the limit, an authority bug — the client gets a status and 
 problem, the error is counted, and the server keeps serving.
 
 Two listeners, on purpose (DESIGN.md, Security): the verbs and ``/debug/snapshot`` on the mTLS
-port, ``/healthz``, ``/readyz`` and ``/metrics`` on a plain port that kubelet and Prometheus reach
-without client certificates and that exposes no scheduling data.
+port, ``/healthz``, ``/readyz`` and ``/metrics`` on a port that kubelet and Prometheus reach
+without client certificates and that exposes no scheduling data. With ``--metrics-auth=on`` (the
+default) that port is HTTPS and ``/metrics`` needs a bearer token RBAC allows ``get`` on it, and
+``/debug/snapshot`` needs one too, on top of the client certificate (``kubegang.authn``); the health
+paths stay open to kubelet.
 
 There is no ``bind`` route: kube-scheduler's default binder binds, see docs/extender.md.
 """
@@ -23,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
+from kubegang.authn import ReviewApi, SecureServing, guard, metrics_handler
 from kubegang.extender._authority import SchedulerAuthority
 from kubegang.extender._metrics import ExtenderMetrics
 from kubegang.extender._pods import DemandError, pod_demand
@@ -190,9 +193,16 @@ def build_extender_app(
     metrics: ExtenderMetrics,
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    serving: SecureServing | None = None,
+    reviews: ReviewApi | None = None,
 ) -> web.Application:
-    """The mTLS application: ``POST /filter``, ``/prioritize``, ``/preempt``; ``GET /debug/snapshot``."""
+    """The mTLS application: ``POST /filter``, ``/prioritize``, ``/preempt``; ``GET /debug/snapshot``.
+
+    With ``serving`` checked (and the ``reviews`` to ask), ``/debug/snapshot`` also needs a token.
+    """
     app = web.Application(client_max_size=max_body_bytes)
+    if serving is not None and reviews is not None:
+        guard(app, serving, reviews, ["/debug/snapshot"])
     app[_AUTHORITY] = authority
     app[_METRICS] = metrics
     app.router.add_post("/filter", _timed("filter", _filter))
@@ -202,9 +212,13 @@ def build_extender_app(
     return app
 
 
-def build_health_app(metrics: ExtenderMetrics, ready: Callable[[], bool]) -> web.Application:
-    """The plain application: ``/healthz`` (alive), ``/readyz`` (ledger synced), ``/metrics``."""
+def build_health_app(metrics: ExtenderMetrics, ready: Callable[[], bool], serving: SecureServing | None = None,
+                     reviews: ReviewApi | None = None) -> web.Application:
+    """The health application: ``/healthz`` (alive), ``/readyz`` (ledger synced), ``/metrics`` (checked
+    when ``serving`` says so, with the ``reviews`` to ask)."""
     app = web.Application()
+    if serving is not None and reviews is not None:
+        guard(app, serving, reviews, ["/metrics"])
 
     async def healthz(_: web.Request) -> web.StreamResponse:
         return web.Response(text="ok\n")
@@ -214,13 +228,9 @@ def build_health_app(metrics: ExtenderMetrics, ready: Callable[[], bool]) -> web
             return web.Response(text="ok\n")
         return web.Response(status=503, text="ledger not synced yet\n")
 
-    async def prometheus(_: web.Request) -> web.StreamResponse:
-        return web.Response(body=generate_latest(metrics.registry),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
-
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/metrics", prometheus)
+    app.router.add_get("/metrics", metrics_handler(metrics.registry))
     return app
 
 

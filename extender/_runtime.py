@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import httpx2
 
+from kubegang.authn import KubeReviewApi
 from kubegang.extender._grpc import GrpcSite, reloading_server_credentials, serve_grpc
 from kubegang.extender._http import RunningSite, build_extender_app, build_health_app, serve
 from kubegang.extender._ledger import Ledger
@@ -39,7 +40,7 @@ class RunningExtender:
     grpc: GrpcSite
     """Placement listener."""
     health: RunningSite
-    """Plain health/metrics listener."""
+    """Health/metrics listener (HTTPS when metrics auth is on)."""
 
 
 def publish(ledger: Ledger, metrics: ExtenderMetrics) -> None:
@@ -78,13 +79,16 @@ async def run_extender(settings: ExtenderSettings,
     client = client if client is not None else api_client(settings.kubeconfig)
     feed = ClusterFeed(client, ledger, metrics)
     tls = ReloadingServerTLS(settings.tls_cert, settings.tls_key, settings.client_ca)
-    https = await serve(build_extender_app(ledger, metrics, max_body_bytes=settings.max_body_bytes),
+    serving = settings.serving
+    reviews = KubeReviewApi(client)  # the reviews go with the extender's own credentials
+    https = await serve(build_extender_app(ledger, metrics, max_body_bytes=settings.max_body_bytes,
+                                           serving=serving, reviews=reviews),
                         settings.https_address, settings.https_port, tls.listening_context())
     grpc_site = await serve_grpc(ledger, metrics, f"{settings.grpc_address}:{settings.grpc_port}",
                                  reloading_server_credentials(tls),
                                  default_ttl_seconds=settings.reservation_ttl_seconds)
-    health = await serve(build_health_app(metrics, lambda: ledger.synced),
-                         settings.health_address, settings.health_port)
+    health = await serve(build_health_app(metrics, lambda: ledger.synced, serving, reviews),
+                         settings.health_address, settings.health_port, serving.ssl_context())
     tasks = [asyncio.create_task(feed.run(), name="watch-feed"),
              asyncio.create_task(_housekeeping(ledger, metrics, feed, settings.housekeeping_seconds,
                                                settings.requeue_batch),

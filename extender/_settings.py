@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubegang.authn import MetricsAuth, SecureServing
 from kubegang.extender._grpc import DEFAULT_RESERVE_TTL_SECONDS
 from kubegang.extender._http import DEFAULT_MAX_BODY_BYTES
 
@@ -33,9 +34,15 @@ class ExtenderSettings:
     grpc_port: int = 9443
     """Port of the Placement gRPC listener."""
     health_address: str = "0.0.0.0"
-    """Address of the plain /healthz, /readyz and /metrics listener."""
+    """Address of the /healthz, /readyz and /metrics listener."""
     health_port: int = 8080
-    """Port of the plain listener."""
+    """Port of that listener (HTTPS when ``metrics_auth`` is on)."""
+    metrics_auth: MetricsAuth = MetricsAuth.ON
+    """Check who reads /metrics and /debug/snapshot (``kubegang.authn``); off: /metrics on plain HTTP."""
+    metrics_tls_cert: Path | None = None
+    """Serving certificate of the health/metrics listener; None: self-signed at start."""
+    metrics_tls_key: Path | None = None
+    """Its private key."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     """Largest extender request body accepted (413 above)."""
     reservation_ttl_seconds: float = DEFAULT_RESERVE_TTL_SECONDS
@@ -48,3 +55,8 @@ class ExtenderSettings:
     """Which node labels name leaf/spine/block (``kubegang.topology.PRESETS``)."""
     log_level: str = "INFO"
     """Python logging level."""
+
+    @property
+    def serving(self) -> SecureServing:
+        """How /metrics and /debug/snapshot are served (ValueError for a bad pair of files)."""
+        return SecureServing(auth=self.metrics_auth, cert=self.metrics_tls_cert, key=self.metrics_tls_key)

@@ -27,7 +27,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from kubegang.authn._review import DEFAULT_ALLOWED_TTL, RequestAuthorizer, Verdict, kube_review_api
+from kubegang.authn._review import DEFAULT_ALLOWED_TTL, RequestAuthorizer, ReviewApi, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -155,21 +155,15 @@ def metrics_handler(registry: CollectorRegistry) -> _Handler:
     return metrics
 
 
-def guard(app: web.Application, serving: SecureServing, kubeconfig: str | None, protected: Iterable[str]) -> None:
+def guard(app: web.Application, serving: SecureServing, api: ReviewApi, protected: Iterable[str]) -> None:
     """Put the check in front of ``protected`` paths of ``app`` when ``serving`` says so.
 
-    Call it on the event loop that will serve ``app`` (the review client belongs to that loop); the
-    client is closed when the app is.
+    ``api`` sends the reviews with the process's own credentials; its client must belong to the event
+    loop that serves ``app``.
     """
-    if not serving.checked:
-        return
-    api = kube_review_api(kubeconfig)
-    app.middlewares.append(checking_middleware(RequestAuthorizer(api, allowed_ttl=serving.allowed_ttl), protected))
-
-    async def close(_: web.Application) -> None:
-        await api.aclose()
-
-    app.on_cleanup.append(close)
+    if serving.checked:
+        authorizer = RequestAuthorizer(api, allowed_ttl=serving.allowed_ttl)
+        app.middlewares.append(checking_middleware(authorizer, protected))
 
 
 class ThreadedSite:

@@ -3,8 +3,11 @@
 The position is the core's (``kubegang.quota.queue_positions`` through the ``QuotaBook``: the admission
 cycle's own order). A burst moves every position with each admission, so the leader reports at most
 every ``POSITION_REFRESH_SECONDS``, only the jobs whose position changed, in the status writer's
-background lane (coalesced per job, behind every decision), and clears the field of a job that no
-longer waits. A user reads it with ``kubectl get gj -o yaml`` even where ``kubectl gang`` cannot list
+background lane (coalesced per job, behind every decision), and only for jobs that have waited a
+whole interval already: in a burst most jobs are admitted within seconds, and a position written for
+each of them (then cleared) was two status writes per job that nobody read. The admission's own status
+write clears the field (``Admission``); a job that stops waiting otherwise (suspended, finished,
+deleted) has it cleared here. A user reads it with ``kubectl get gj -o yaml`` even where ``kubectl gang`` cannot list
 other namespaces.
 """
 
@@ -41,10 +44,13 @@ class PositionReporter:
         self._last = -float("inf")
         self._written: dict[str, tuple[int, int, int, float, tuple[str, ...]]] = {}
         """UID -> (queue, cohort, ahead, aheadGPUs, reservedNodes) last written."""
+        self._waited: set[str] = set()
+        """UIDs pending at the previous pass: only they are written (they have waited an interval)."""
 
     def forget(self) -> None:
         """A new leadership: the API is the truth again (write every position once more)."""
         self._written.clear()
+        self._waited.clear()
 
     def report(self, pending: Sequence[JobView], positions: Positions, job: Callable[[str], JobView | None],
                reservation: Callable[[str], frozenset[str] | None] = lambda uid: None) -> int:
@@ -57,9 +63,10 @@ class PositionReporter:
         gpus = {view.uid: float(view.spec.total_gpus()) for view in pending}
         stamp = timestamp(self.now())
         queued = 0
+        waited, self._waited = self._waited, {view.uid for view in pending}
         for view in pending:
             pos = found.get(view.uid)
-            if pos is None:
+            if pos is None or view.uid not in waited:
                 continue
             ahead = pos.ahead
             reserved = tuple(sorted(reservation(view.uid) or ()))
@@ -75,7 +82,8 @@ class PositionReporter:
         for uid in [uid for uid in self._written if uid not in waiting]:
             del self._written[uid]
             gone = job(uid)
-            if gone is not None:  # admitted, suspended or finished: it has no place in a queue now
+            # Suspended or finished: it has no place in a queue now (an admission cleared it itself).
+            if gone is not None and not gone.admitted_at:
                 self.writer.later(gone, status_fields(GPUJobStatus(queue_position=None)))
                 queued += 1
         return queued

@@ -31,6 +31,8 @@ async def test_positions_are_written_when_they_move_at_most_every_few_seconds(jo
     def report() -> int:
         return reporter.report(w.cache.pending(), w.quota.positions, w.cache.job)
 
+    assert report() == 0  # first seen waiting: a job admitted within the interval is never written
+    clock.t += 5
     assert report() == 2
     await w.admission.settle()
     assert w.last_status("team-a/j1")["queuePosition"] == {
@@ -56,15 +58,19 @@ async def test_a_job_that_no_longer_waits_has_its_position_cleared(job_body: Any
     clock = Clock()
     reporter = PositionReporter(w.admission.writer, every=5.0, monotonic=clock, now=lambda: NOW)
     w.submit(job_body("first", replicas=1, gpus=8))
-    assert reporter.report(w.cache.pending(), w.quota.positions, w.cache.job) == 1
-    await w.admission.settle()
-    assert w.last_status("team-a/first")["queuePosition"]["queue"] == 1
-    await w.cycle()  # admitted
+    assert reporter.report(w.cache.pending(), w.quota.positions, w.cache.job) == 0
     clock.t += 5
     assert reporter.report(w.cache.pending(), w.quota.positions, w.cache.job) == 1
     await w.admission.settle()
+    assert w.last_status("team-a/first")["queuePosition"]["queue"] == 1
+    writes = len(w.kube.status["team-a/first"])
+    await w.cycle()  # admitted: the admission's own write clears the position
+    clock.t += 5
+    assert reporter.report(w.cache.pending(), w.quota.positions, w.cache.job) == 0
+    await w.admission.settle()
     assert w.last_status("team-a/first")["queuePosition"] is None
     assert w.last_status("team-a/first")["phase"] == "Admitted"
+    assert len(w.kube.status["team-a/first"]) == writes + 1  # one write: Admitted, position cleared in it
 
 
 async def test_a_backfill_reservation_is_written_with_the_position(job_body: Any, make_world: Any) -> None:
@@ -73,6 +79,8 @@ async def test_a_backfill_reservation_is_written_with_the_position(job_body: Any
     reporter = PositionReporter(w.admission.writer, every=5.0, monotonic=clock, now=lambda: NOW)
     w.submit(job_body("big", replicas=2, gpus=8))
     held: dict[str, frozenset[str]] = {}
+    assert reporter.report(w.cache.pending(), w.quota.positions, w.cache.job, held.get) == 0
+    clock.t += 5
     assert reporter.report(w.cache.pending(), w.quota.positions, w.cache.job, held.get) == 1
     held["uid-big"] = frozenset({"node-1", "node-0"})
     clock.t += 5

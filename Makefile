@@ -2,9 +2,9 @@
 SHELL := /bin/bash
 VENV := .venv/bin
 
-.PHONY: test demo venv control-plane lint typecheck unit e2e crds proto clean-cluster
+.PHONY: test demo venv control-plane addons lint typecheck unit e2e crds proto clean-cluster
 
-test: venv control-plane lint unit e2e
+test: venv control-plane addons lint unit e2e
 
 demo: venv control-plane
 	hack/demo.sh
@@ -15,6 +15,10 @@ venv:
 control-plane:
 	hack/build-control-plane.sh
 
+# Kueue and KubeRay, which the neighbour e2e tests run beside kubegang (cached like the control plane).
+addons:
+	hack/build-addons.sh
+
 lint: venv
 	$(VENV)/ruff check .
 	$(VENV)/mypy -p kubegang
@@ -23,7 +27,7 @@ lint: venv
 unit: venv
 	$(VENV)/pytest tests/unit
 
-e2e: venv control-plane
+e2e: venv control-plane addons
 	$(VENV)/pytest tests/e2e
 
 clean-cluster:

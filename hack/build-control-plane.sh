@@ -100,14 +100,6 @@ GO
   mv "$out/etcd.tmp" "$out/etcd"
 }
 
-# go install works for modules whose go.mod has no replace directives (kwok, helm).
-go_install() {
-  local what=$1 pkg=$2 v=$3 out=$4 bin=$5 ld=${6:-}
-  if [[ -x $out/$bin ]]; then log "$what $v: cached in $out"; return; fi
-  mkdir -p "$out"; log "$what $v: go install $pkg@$v"
-  GOBIN="$out" go install -trimpath -ldflags "$LDSTRIP $ld" "$pkg@$v" || die "$pkg@$v: go install failed (Go error above)"
-}
-
 # kwok's own stage definitions (node initialise + heartbeat with lease, fast pod lifecycle), taken
 # from the very module version we built, so our stages file only adds what kubegang needs.
 copy_kwok_stages() {
@@ -123,7 +115,7 @@ copy_kwok_stages() {
 }
 
 command -v go >/dev/null || die "Go is not installed; it is needed to build the control plane"
-mkdir -p "$KUBEGANG_CACHE"
+mkdir -p "$KUBEGANG_CACHE/work"
 t0=$(date +%s)
 build_kubernetes
 build_etcd

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from kubegang.api.gpunode import GPUNode
+from kubegang.authn import add_serving_flags, kube_review_api, serving_from_args
 
 from ._backend import Backend
 from ._infiniband import DEFAULT_ROOT
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--resync-interval", type=float, default=300.0, help="seconds between forced writes (300)")
     tune.add_argument("--metrics-host", default="0.0.0.0", help="metrics/health listen address")
     tune.add_argument("--metrics-port", type=int, default=9402, help="metrics/health port; 0 disables (9402)")
+    add_serving_flags(tune)
     tune.add_argument("--infiniband-root", type=Path, default=DEFAULT_ROOT, help="sysfs InfiniBand class")
     tune.add_argument(
         "--fatal-xids",
@@ -123,8 +125,11 @@ async def _serve(settings: AgentSettings, once: bool, args: argparse.Namespace) 
     )
     runner = None
     if settings.metrics_port:
+        serving = settings.serving
+        reviews = kube_review_api(None) if serving.checked else None  # the agent's own credentials
         runner = await start_server(
-            make_app(metrics.registry, agent.healthy), settings.metrics_host, settings.metrics_port
+            make_app(metrics.registry, agent.healthy, serving, reviews), settings.metrics_host,
+            settings.metrics_port, serving.ssl_context(),
         )
     try:
         await agent.run()
@@ -162,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             resync_interval_s=args.resync_interval,
             metrics_host=args.metrics_host,
             metrics_port=args.metrics_port,
+            serving=serving_from_args(args),
             infiniband_root=args.infiniband_root,
             xid_policy=policy,
             nvidia_labels=not args.no_nvidia_labels,

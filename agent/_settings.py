@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kubegang.authn import SecureServing
+
 from ._infiniband import DEFAULT_ROOT
 from ._xid import XidPolicy
 
@@ -28,6 +30,8 @@ class AgentSettings:
     """Address of the metrics and health listener."""
     metrics_port: int = 9402
     """Port of ``/metrics`` and ``/healthz``; 0 disables the listener."""
+    serving: SecureServing = field(default_factory=SecureServing)
+    """How ``/metrics`` is served: HTTPS with token checks by default (``kubegang.authn``)."""
     infiniband_root: Path = DEFAULT_ROOT
     """Where the InfiniBand class lives in sysfs (a fake tree in tests)."""
     xid_policy: XidPolicy = field(default_factory=XidPolicy)

@@ -10,7 +10,7 @@ Processes are stopped by the pid recorded at start, never by name, so two cluste
 else on the machine) are never touched by mistake.
 
 Usage: hack/cluster up [--shape FILE ...] | down | status | env | nodes FILE ... | delete-nodes
-       hack/cluster kubegang up [--operators N] | kubegang down
+       hack/cluster kubegang up [--operators N] [--metrics-auth on|off] | kubegang down
 """
 
 from __future__ import annotations
@@ -488,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     p_kg = sub.add_parser("kubegang", help="run kubegang (CRDs, extender, agent, operators) on the cluster")
     p_kg.add_argument("action", choices=["up", "down"])
     p_kg.add_argument("--operators", type=int, default=2, help="operator replicas (leader election)")
+    p_kg.add_argument("--metrics-auth", choices=["on", "off"], default="off",
+                      help="on: /metrics over HTTPS behind token checks, as the chart runs it, with a scraper token "
+                           "in kubegang.json; off (default): plain HTTP on loopback")
     args = parser.parse_args(argv)
     paths = cluster_paths()
     try:
@@ -508,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "kubegang":
             import localstack
             if args.action == "up":
-                localstack.up(paths, args.operators)
+                localstack.up(paths, args.operators, args.metrics_auth)
             else:
                 localstack.down(paths)
     except (ClusterError, OSError, ValueError) as exc:

@@ -10,9 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import start_http_server
-
-from kubegang.operator._metrics import REGISTRY
+from kubegang.authn import add_serving_flags, serving_from_args
+from kubegang.operator._metrics_server import start_metrics
 from kubegang.operator._run import run
 from kubegang.operator._settings import OperatorSettings
 from kubegang.operator._standby import LostLeadership
@@ -61,6 +60,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", type=Path, help="client private key (overrides --tls-dir)")
     p.add_argument("--tls-server-name", help="name to verify in the extender's certificate")
     p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port; 0 disables")
+    add_serving_flags(p)
     p.add_argument("--health-port", type=int, default=0,
                    help="liveness /healthz port, served on the event loop (a hung loop fails it); 0 disables")
     p.add_argument("--leader-election", type=_on_off, default=True, metavar="on|off", help="campaign for the Lease")
@@ -136,8 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("httpx2", "httpx", "kopf.objects"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = settings_from_args(args)
-    if settings.metrics_port:
-        start_http_server(settings.metrics_port, registry=REGISTRY)
+    try:
+        if settings.metrics_port:
+            start_metrics(settings.metrics_port, serving_from_args(args), settings.kubeconfig)
+    except (ValueError, OSError) as exc:
+        print(f"kubegang-operator: metrics on port {settings.metrics_port}: {exc}", file=sys.stderr)
+        return 2
     try:
         asyncio.run(run(settings))
     except ValueError as exc:

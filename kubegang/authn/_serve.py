@@ -97,7 +97,7 @@ class SecureServing:
         return ctx
 
 
-def add_serving_flags(parser: argparse.ArgumentParser) -> None:
+def add_serving_flags(parser: argparse._ActionsContainer) -> None:
     """The three flags, identical in every process."""
     parser.add_argument("--metrics-auth", type=_auth, default=MetricsAuth.ON, metavar="on|off",
                         help="on (default): /metrics over HTTPS, readable only with a bearer token whose user RBAC "

@@ -168,9 +168,15 @@ class Kubegang:
         except (OSError, ValueError):
             return None
 
-    def restart(self) -> None:
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """How the stack serves /metrics: ``auth``, ``scheme`` and, with auth on, ``ca`` and ``token_file``."""
+        return dict(self.state.get("metrics") or {"auth": "off", "scheme": "http"})
+
+    def restart(self, *options: str) -> None:
+        """``hack/cluster kubegang up`` again, with ``options`` (e.g. ``--metrics-auth``, ``on``)."""
         assert self.cluster.cluster_dir is not None
-        _hack("kubegang", "up", cluster_dir=self.cluster.cluster_dir)
+        _hack("kubegang", "up", *options, cluster_dir=self.cluster.cluster_dir)
         self.state = json.loads((self.cluster.cluster_dir / "kubegang.json").read_text())
 
 

@@ -117,3 +117,24 @@ configuration): the GPU routing policy sends pods to exactly the profile the cha
 
 {{/* Namespace and pod label whose value "disabled" opts out of GPU routing (templates/gpu-routing.yaml). */}}
 {{- define "kubegang.routingLabel" -}}kubegang.io/routing{{- end -}}
+
+{{/* The metrics listeners' serving certificate (ca.crt, tls.crt, tls.key), and the name it is issued to:
+the ServiceMonitor verifies every kubegang target against that one name. */}}
+{{- define "kubegang.metricsTlsSecret" -}}
+{{- include "kubegang.component" (dict "root" . "component" "metrics-tls") -}}
+{{- end -}}
+{{- define "kubegang.metricsServerName" -}}
+{{- include "kubegang.component" (dict "root" . "component" "metrics") -}}
+{{- end -}}
+{{- define "kubegang.metricsTlsDir" -}}/etc/kubegang/metrics-tls{{- end -}}
+
+{{/* The flags that put a process's /metrics behind HTTPS and the token check (kubegang.authn), or not. */}}
+{{- define "kubegang.metricsAuthArgs" -}}
+{{- if .Values.metricsAuth.enabled }}
+- --metrics-auth=on
+- --metrics-tls-cert={{ include "kubegang.metricsTlsDir" . }}/tls.crt
+- --metrics-tls-key={{ include "kubegang.metricsTlsDir" . }}/tls.key
+{{- else }}
+- --metrics-auth=off
+{{- end }}
+{{- end -}}

@@ -145,9 +145,10 @@ def test_rbac_is_least_privilege(render: Render) -> None:
     for role in roles:
         for rule in role["rules"]:
             where = f"{role['kind']} {role['metadata']['name']}: {rule}"
-            assert "*" not in rule["verbs"] and "*" not in rule["resources"], where
-            assert not {"secrets", "clusterroles", "roles", "rolebindings"} & set(rule["resources"]), where
-            if rule["resources"] == ["leases"] and set(rule["verbs"]) & {"update", "patch"}:
+            resources = rule.get("resources", [])  # a nonResourceURLs rule (metrics-reader) has none
+            assert "*" not in rule["verbs"] and "*" not in resources + rule.get("nonResourceURLs", []), where
+            assert not {"secrets", "clusterroles", "roles", "rolebindings"} & set(resources), where
+            if resources == ["leases"] and set(rule["verbs"]) & {"update", "patch"}:
                 assert rule.get("resourceNames"), f"lease updates must name the lease: {where}"
     agent = objects.one("ClusterRole", "-agent")
     # The agent reads, creates and patches; it never deletes anything (its own GPUNode is recreated,

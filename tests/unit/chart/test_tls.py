@@ -124,7 +124,8 @@ def test_certificate_mounts_are_whole_secret_volumes_so_renewals_reach_the_runni
                 for mount in container.get("volumeMounts", []):
                     if mount["name"] in tls_volumes:
                         assert "subPath" not in mount, f"{workload['metadata']['name']}: subPath mounts never update"
-        assert set(_mounted_tls(objects)) == {"kg-kubegang-extender-tls", "kg-kubegang-client-tls"}
+        assert set(_mounted_tls(objects)) == {"kg-kubegang-extender-tls", "kg-kubegang-client-tls",
+                                              "kg-kubegang-metrics-tls"}
 
 
 def test_helm_template_makes_a_new_ca_on_every_render_unless_told_not_to_generate(render: Render) -> None:
@@ -162,4 +163,4 @@ def test_cert_manager_ca_keeps_its_key_and_outlives_the_leaves(render: Render) -
     assert ca["privateKey"]["rotationPolicy"] == "Never"
     assert ca["duration"] == "87600h"
     leaves = [spec for name, spec in certs.items() if name != "kg-kubegang-ca"]
-    assert len(leaves) == 2 and all(spec["duration"] == "2160h" for spec in leaves)
+    assert len(leaves) == 3 and all(spec["duration"] == "2160h" for spec in leaves)  # extender, client, metrics

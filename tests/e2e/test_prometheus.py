@@ -10,6 +10,13 @@ HTTPS filter requests (one malformed on purpose) exercise the extender's verbs. 
 that only exist after a rare event (preemption, gang restart, watch restart, XID, failed API write)
 cannot have data on a healthy idle cluster: for those the test checks instead that a process exposes
 the metric family (its # TYPE line), so a renamed metric still fails here.
+
+The stack runs with metrics auth on for this test, as the chart runs it by default
+(``hack/cluster kubegang up --metrics-auth on``, then back to the default): every /metrics is HTTPS
+and refuses a scrape without a token (401) and with the token of an account RBAC does not allow
+(403), the extender's /debug/snapshot refuses a client certificate without an allowed token, and
+Prometheus scrapes every target with the scraper's ServiceAccount token and the stack's CA, exactly
+as the chart's ServiceMonitor configures it (``bearerTokenFile`` + ``tlsConfig.ca``).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -95,12 +103,29 @@ def processes(tmp_path: Path) -> Iterator[Processes]:
         procs.stop()
 
 
-def _wait_http(url: str, alive: Callable[[], None], timeout: float = 60) -> None:
+class Scraper:
+    """Reads the stack's /metrics as the chart's ServiceMonitor does: HTTPS trusting the stack's CA, with
+    the scraper's ServiceAccount token."""
+
+    def __init__(self, metrics: dict[str, Any]) -> None:
+        assert metrics["auth"] == "on", metrics
+        self.ca = Path(metrics["ca"])
+        self.token_file = Path(metrics["token_file"])
+        self.headers = {"Authorization": f"Bearer {self.token_file.read_text().strip()}"}
+
+    def get(self, url: str, token: str | None = "scraper", timeout: float = 10) -> httpx.Response:
+        headers = self.headers if token == "scraper" else {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.get(url, headers=headers, verify=ssl.create_default_context(cafile=str(self.ca)), timeout=timeout)
+
+
+def _wait_http(url: str, alive: Callable[[], None], timeout: float = 60,
+               get: Callable[[str], httpx.Response] | None = None) -> None:
+    get = get or (lambda u: httpx.get(u, timeout=2))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         alive()
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
+            if get(url).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -144,26 +169,88 @@ def _query(prom: str, expr: str) -> list[dict[str, Any]]:
     return result
 
 
+@pytest.fixture
+def authenticated_stack(kubegang: Kubegang) -> Iterator[Kubegang]:
+    """The session's stack with metrics auth on (the chart's default) for one test, then as it was."""
+    kubegang.restart("--metrics-auth", "on")
+    try:
+        yield kubegang
+    finally:
+        kubegang.restart()
+
+
+def _assert_unauthenticated_scrapes_are_refused(cluster: Cluster, kubegang: Kubegang, scraper: Scraper,
+                                                namespace: str, addresses: list[str]) -> None:
+    cluster.kubectl("create", "serviceaccount", "nobody", "-n", namespace)
+    nobody = cluster.kubectl("create", "token", "nobody", "-n", namespace).stdout.strip()
+    for address in addresses:
+        url = f"https://{address}/metrics"
+        with pytest.raises(httpx.HTTPError):  # plain HTTP is not served at all
+            httpx.get(f"http://{address}/metrics", timeout=5)
+        anonymous = scraper.get(url, token=None)
+        assert anonymous.status_code == 401, (address, anonymous.text)
+        assert anonymous.headers["WWW-Authenticate"].startswith("Bearer")
+        assert "kubegang_" not in anonymous.text
+        assert scraper.get(url, token="not-a-token").status_code == 401
+        forbidden = scraper.get(url, token=nobody)
+        assert forbidden.status_code == 403, (address, forbidden.text)
+        assert f"system:serviceaccount:{namespace}:nobody" in forbidden.text
+        assert "kubegang_" not in forbidden.text
+    stack = kubegang.ports
+    # kubelet's probes carry no token: health and readiness stay open (over HTTPS).
+    assert scraper.get(f"https://127.0.0.1:{stack['extender_metrics']}/readyz", token=None).status_code == 200
+    health = scraper.get(f"https://127.0.0.1:{stack['agent_metrics']}/healthz", token=None)
+    assert health.text in ("ok\n", "stalled\n"), health.text  # the health handler answered (stalled: new shape)
+    # /debug/snapshot: the client certificate is no longer enough, and /metrics rights do not open it.
+    ctx = client_ssl_context(kubegang.tls_dir / "ca.crt", kubegang.tls_dir / "client.crt",
+                             kubegang.tls_dir / "client.key")
+    snapshot = f"https://127.0.0.1:{stack['extender_https']}/debug/snapshot"
+    assert httpx.get(snapshot, verify=ctx, timeout=10).status_code == 401
+    assert httpx.get(snapshot, verify=ctx, timeout=10, headers=scraper.headers).status_code == 403
+    cluster.kubectl("create", "clusterrole", f"{namespace}-snapshot", "--verb=get",
+                    "--non-resource-url=/debug/snapshot")
+    try:
+        cluster.kubectl("create", "clusterrolebinding", f"{namespace}-snapshot",
+                        f"--clusterrole={namespace}-snapshot", f"--serviceaccount={namespace}:nobody")
+        deadline = time.monotonic() + 30  # the refusal above is cached for a few seconds
+        while (answer := httpx.get(snapshot, verify=ctx, timeout=10,
+                                   headers={"Authorization": f"Bearer {nobody}"})).status_code != 200:
+            assert answer.status_code == 403 and time.monotonic() < deadline, answer.text
+            time.sleep(1)
+        assert "nodes" in answer.json()
+    finally:
+        cluster.kubectl("delete", "clusterrolebinding", f"{namespace}-snapshot", "--ignore-not-found", check=False)
+        cluster.kubectl("delete", "clusterrole", f"{namespace}-snapshot", "--ignore-not-found", check=False)
+
+
 def test_prometheus_scrapes_and_every_dashboard_query_has_data(
-        cluster: Cluster, kubegang: Kubegang, namespace: str, processes: Processes, tmp_path: Path) -> None:
+        cluster: Cluster, authenticated_stack: Kubegang, namespace: str, processes: Processes, tmp_path: Path) -> None:
+    kubegang = authenticated_stack
     cluster.use_shape("superpod-h100")
     prometheus = _prometheus()
     node = cluster.kubectl("get", "nodes", "-l", "type=kwok", "-o", "name").stdout.split()[0].removeprefix("node/")
     stack = kubegang.ports
+    scraper = Scraper(kubegang.metrics)
     targets = {
         "operator": [f"127.0.0.1:{port}" for port in stack["operator_metrics"]],
         "extender": [f"127.0.0.1:{stack['extender_metrics']}"],
         "agent": [f"127.0.0.1:{stack['agent_metrics']}"],
     }
     alive = _stack_alive(kubegang)
-    for address in (a for addresses in targets.values() for a in addresses):
-        _wait_http(f"http://{address}/metrics", alive)
+    addresses = [a for addresses in targets.values() for a in addresses]
+    for address in addresses:
+        _wait_http(f"https://{address}/metrics", alive, get=scraper.get)
+    _assert_unauthenticated_scrapes_are_refused(cluster, kubegang, scraper, namespace, addresses)
 
     prom_port = free_port()
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(RULES)],
-        "scrape_configs": [{"job_name": f"kubegang-{c}", "static_configs": [{"targets": addresses}]}
+        # What the chart's ServiceMonitor renders to: HTTPS verified against the CA, a token file.
+        "scrape_configs": [{"job_name": f"kubegang-{c}", "scheme": "https",
+                            "authorization": {"type": "Bearer", "credentials_file": str(scraper.token_file)},
+                            "tls_config": {"ca_file": str(scraper.ca)},
+                            "static_configs": [{"targets": addresses}]}
                            for c, addresses in targets.items()],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -181,8 +268,8 @@ def test_prometheus_scrapes_and_every_dashboard_query_has_data(
     cluster.apply(_queue_and_job(namespace))
     try:
         _filter_requests(stack["extender_https"], kubegang.tls_dir, node)
-        _assert_dashboard_has_data(prom, all_alive, [a for addresses in targets.values() for a in addresses],
-                                   lambda: _job_story(cluster, namespace, kubegang))
+        _assert_dashboard_has_data(prom, all_alive, addresses, lambda: _job_story(cluster, namespace, kubegang),
+                                   scraper)
         _assert_rules_evaluate(prom)
         scraped = httpx.get(f"{prom}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
         assert sorted((t["labels"]["job"], t["health"]) for t in scraped) == sorted(
@@ -230,9 +317,9 @@ def _stack_alive(kubegang: Kubegang) -> Callable[[], None]:
 
 
 def _assert_dashboard_has_data(
-    prom: str, alive: Callable[[], None], addresses: list[str], story: Callable[[], str] = lambda: ""
+    prom: str, alive: Callable[[], None], addresses: list[str], story: Callable[[], str], scraper: Scraper
 ) -> None:
-    exposition = "".join(httpx.get(f"http://{address}/metrics", timeout=10).text for address in addresses)
+    exposition = "".join(scraper.get(f"https://{address}/metrics").text for address in addresses)
     pending = {}
     for title, expr in _panel_queries():
         event = [m for m in EVENT_ONLY if m in expr]

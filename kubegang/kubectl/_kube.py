@@ -114,17 +114,31 @@ def read_job(kube: Client, namespace: str, name: str) -> dict[str, Any]:
         raise ClusterError(f"cannot reach the API server: {exc}") from None
 
 
-def fetch_extender_snapshot(url: str, tls_dir: Path, timeout: float = 10.0) -> dict[str, Any]:
+def fetch_extender_snapshot(url: str, tls_dir: Path, timeout: float = 10.0,
+                            token_file: Path | None = None) -> dict[str, Any]:
     """The extender's ``/debug/snapshot`` over its mTLS listener (``ca.crt``, ``client.crt``/``.key``
-    in ``tls_dir``, as the chart's and the demo's PKI lay them out)."""
+    in ``tls_dir``, as the chart's and the demo's PKI lay them out), with the bearer token in
+    ``token_file``: an extender with metrics auth on (the chart's default) also wants one whose user
+    RBAC allows ``get`` on ``/debug/snapshot``."""
     files = {name: tls_dir / name for name in ("ca.crt", "client.crt", "client.key")}
     missing = [str(p) for p in files.values() if not p.is_file()]
     if missing:
         raise ClusterError(f"--tls-dir {tls_dir}: missing {', '.join(missing)}")
+    headers = {}
+    if token_file is not None:
+        try:
+            headers["Authorization"] = f"Bearer {token_file.read_text().strip()}"
+        except OSError as exc:
+            raise ClusterError(f"--token-file {token_file}: {exc.strerror or exc}") from None
     context = ssl.create_default_context(cafile=str(files["ca.crt"]))
     context.load_cert_chain(str(files["client.crt"]), str(files["client.key"]))
     try:
-        response = httpx.get(url.rstrip("/") + "/debug/snapshot", verify=context, timeout=timeout)
+        response = httpx.get(url.rstrip("/") + "/debug/snapshot", verify=context, timeout=timeout, headers=headers)
+        if response.status_code in (401, 403):
+            raise ClusterError(
+                f"--extender {url}: /debug/snapshot refused ({response.status_code}: {response.text.strip()}); "
+                "the extender checks who reads it: give --token-file with a token whose user may get the "
+                "non-resource URL /debug/snapshot (docs/metrics.md, 'Who may scrape')")
         response.raise_for_status()
         data = response.json()
     except (httpx.HTTPError, ValueError) as exc:

@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extender HTTPS URL (mTLS) to include its /debug/snapshot, e.g. https://127.0.0.1:8443")
     s.add_argument("--tls-dir", type=Path, default=None,
                    help="folder with ca.crt, client.crt and client.key for --extender")
+    s.add_argument("--token-file", type=Path, default=None,
+                   help="bearer token for --extender, whose user RBAC allows get on /debug/snapshot "
+                        "(needed when the extender checks callers, the chart's default)")
     s.set_defaults(func=_cmd_snapshot_save)
     p = sub.add_parser("replay", parents=[common], help="answer what-if (or why) offline against a saved snapshot")
     p.add_argument("snapshot", type=Path, help="file written by `kubectl gang snapshot save`")
@@ -153,7 +156,7 @@ def _cmd_snapshot_save(args: argparse.Namespace) -> int:
     if args.extender:
         if args.tls_dir is None:
             raise ClusterError("--extender needs --tls-dir (ca.crt, client.crt, client.key)")
-        objects.extender = fetch_extender_snapshot(args.extender, args.tls_dir)
+        objects.extender = fetch_extender_snapshot(args.extender, args.tls_dir, token_file=args.token_file)
     objects.save(args.file)
     print(f"saved {len(objects.jobs)} GPUJobs, {len(objects.queues)} GPUQueues, {len(objects.nodes)} nodes, "
           f"{len(objects.pods)} pods{' and the extender snapshot' if objects.extender else ''} to {args.file}")

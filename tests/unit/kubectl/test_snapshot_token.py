@@ -1,0 +1,49 @@
+"""``kubectl gang snapshot save --extender``: an extender that checks callers (the chart's default) gets the
+bearer token of --token-file, and a refusal says what to give instead of a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kubegang.authn import ACCESS_REVIEWS, TOKEN_REVIEWS, SecureServing
+from kubegang.extender._http import build_extender_app, serve
+from kubegang.extender._ledger import Ledger
+from kubegang.extender._metrics import ExtenderMetrics
+from kubegang.kubectl._kube import ClusterError, fetch_extender_snapshot
+from kubegang.tls import server_ssl_context, write_pki
+
+
+class Reviews:
+    """The API server's answers: token "ops" belongs to a user RBAC allows get /debug/snapshot."""
+
+    async def create_review(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        if path == TOKEN_REVIEWS:
+            return {"status": {"authenticated": body["spec"]["token"] in ("ops", "dev"),
+                               "user": {"username": body["spec"]["token"]}}}
+        assert path == ACCESS_REVIEWS
+        return {"status": {"allowed": body["spec"]["user"] == "ops"}}
+
+
+async def test_the_token_file_is_sent_and_refusals_are_explained(tmp_path: Path) -> None:
+    pki = write_pki(tmp_path / "pki")
+    app = build_extender_app(Ledger(), ExtenderMetrics(), serving=SecureServing(), reviews=Reviews())
+    site = await serve(app, "127.0.0.1", 0, server_ssl_context(pki.server_cert, pki.server_key, pki.ca_cert))
+    url = f"https://127.0.0.1:{site.port}"
+    (tmp_path / "ops").write_text("ops\n")
+    (tmp_path / "dev").write_text("dev")
+    try:
+        data = await asyncio.to_thread(fetch_extender_snapshot, url, pki.ca_cert.parent, token_file=tmp_path / "ops")
+        assert "nodes" in data
+        for token_file, status in ((None, "401"), (tmp_path / "dev", "403")):
+            with pytest.raises(ClusterError, match=f"refused \\({status}.*--token-file"):
+                await asyncio.to_thread(fetch_extender_snapshot, url, pki.ca_cert.parent, token_file=token_file)
+        with pytest.raises(ClusterError, match=r"--token-file .*missing"):
+            await asyncio.to_thread(fetch_extender_snapshot, url, pki.ca_cert.parent,
+                                    token_file=tmp_path / "missing")
+    finally:
+        await site.close()

@@ -9,6 +9,7 @@ The pure core, each package with its public API in its ``__init__``:
 - ``kubegang.quota``: the GPUQueue tree, fair share, admission order, preemption candidates;
 - ``kubegang.levels``, ``kubegang.podcontract``, ``kubegang.shapes``, ``kubegang.tls``: shared vocabulary;
 - ``kubegang.backoff``: the one jittered exponential backoff every watch and retry loop uses.
+- ``kubegang.authn``: who may read ``/metrics`` and ``/debug/snapshot`` (TokenReview, SubjectAccessReview).
 
 The processes built on it (``kubegang.operator``, ``kubegang.extender``, ``kubegang.agent``) import
 the core; the core imports none of them. Nothing is re-exported here, so starting one process

@@ -19,6 +19,7 @@ import socket
 import ssl
 import tempfile
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from kubegang.authn._review import DEFAULT_ALLOWED_TTL, RequestAuthorizer, ReviewApi, Verdict
+from kubegang.tls import files_stamp
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +80,9 @@ class SecureServing:
         """The listener's TLS context (no client certificate asked for), or None for plain HTTP."""
         if not self.checked:
             return None
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         if self.cert is not None and self.key is not None:
-            ctx.load_cert_chain(str(self.cert), str(self.key))
-            return ctx
+            return ReloadingCertificate(self.cert, self.key).listening_context()
+        ctx = _server_context()
         from kubegang.tls import make_ca, make_leaf
 
         ca = make_ca("kubegang-metrics-self-signed")
@@ -95,6 +95,73 @@ class SecureServing:
             ctx.load_cert_chain(str(cert), str(key))
         log.info("metrics: no --metrics-tls-cert given; serving HTTPS with a self-signed certificate")
         return ctx
+
+
+def _server_context(cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert is not None and key is not None:
+        ctx.load_cert_chain(str(cert), str(key))
+    return ctx
+
+
+RELOAD_CHECK_SECONDS = 10.0
+"""Least time between two looks at the certificate files (a look is two ``stat`` calls)."""
+
+
+class ReloadingCertificate:
+    """A serving certificate that new connections get fresh from its files once they change.
+
+    Why: cert-manager renews the metrics certificate and kubelet rewrites the mounted Secret in place;
+    a listener that loaded it once would serve the old one until it expired and Prometheus refused it.
+    The handshake itself looks (OpenSSL calls the SNI callback on every handshake, with or without SNI),
+    at most every ``check_seconds``: two ``stat`` calls, and a load only when a file changed. Files that
+    do not load (half written) are skipped, and the last good certificate stays in use. No client
+    certificate is asked for: the token is the credential here (``kubegang.tls.ReloadingServerTLS`` is the
+    mTLS counterpart).
+    """
+
+    def __init__(self, cert: Path, key: Path, *, check_seconds: float = RELOAD_CHECK_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._paths = (cert, key)
+        self._check_seconds = check_seconds
+        self._clock = clock
+        self._stamp = files_stamp(self._paths)
+        self._current = _server_context(cert, key)
+        self._looked = clock()
+        self.reloads = 0
+        """Certificates loaded after the first."""
+
+    def _look(self) -> None:
+        now = self._clock()
+        if now - self._looked < self._check_seconds:
+            return
+        self._looked = now
+        try:
+            stamp = files_stamp(self._paths)
+            if stamp == self._stamp:
+                return
+            context = _server_context(*self._paths)
+            if files_stamp(self._paths) != stamp:
+                return  # changed while being read: look again next time
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("metrics certificate %s changed but does not load (%s); keeping the last one",
+                        self._paths[0], exc)
+            return
+        self._stamp, self._current = stamp, context
+        self.reloads += 1
+        log.info("metrics certificate %s reloaded", self._paths[0])
+
+    def listening_context(self) -> ssl.SSLContext:
+        """The context to listen with; each handshake moves onto the current certificate."""
+        listening = _server_context(*self._paths)
+
+        def switch(conn: ssl.SSLSocket | ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
+            self._look()
+            conn.context = self._current
+
+        listening.sni_callback = switch
+        return listening
 
 
 def add_serving_flags(parser: argparse._ActionsContainer) -> None:

@@ -261,3 +261,36 @@ def test_a_port_in_use_is_reported_by_start(registry: CollectorRegistry) -> None
     first = _threaded(registry, SecureServing(auth=MetricsAuth.OFF))
     with pytest.raises(OSError):
         ThreadedSite(web.Application, "127.0.0.1", first.port, None).start()
+
+
+def test_a_renewed_certificate_is_served_to_new_connections_without_a_restart(tmp_path: Path) -> None:
+    from kubegang.authn._serve import ReloadingCertificate
+
+    ca = make_ca()
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+
+    def issue() -> bytes:
+        leaf = make_leaf(ca, "kubegang-metrics", server_names=["127.0.0.1"])
+        cert.write_bytes(leaf.cert_pem)
+        key.write_bytes(leaf.key_pem)
+        return leaf.cert_pem
+
+    first = issue()
+    reloading = ReloadingCertificate(cert, key, check_seconds=0)
+    site = ThreadedSite(web.Application, "127.0.0.1", 0, reloading.listening_context()).start()
+
+    def served() -> bytes:
+        return ssl.get_server_certificate(("127.0.0.1", site.port)).encode()
+
+    assert _der(served()) == _der(first)
+    second = issue()  # cert-manager renewed the Secret; kubelet rewrote the files
+    assert _der(served()) == _der(second)
+    assert reloading.reloads == 1
+    # Half written: a new certificate beside the old key does not load; the last good one stays.
+    cert.write_bytes(make_leaf(ca, "kubegang-metrics", server_names=["127.0.0.1"]).cert_pem)
+    assert _der(served()) == _der(second)
+    assert reloading.reloads == 1
+
+
+def _der(pem: bytes) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(pem.decode())

@@ -22,7 +22,7 @@ addons:
 lint: venv
 	$(VENV)/ruff check .
 	$(VENV)/mypy -p kubegang
-	$(VENV)/mypy hack/devcluster.py hack/localstack.py hack/supervise.py hack/shapes/generate.py
+	$(VENV)/mypy hack/devcluster.py hack/localstack.py hack/supervise.py hack/addons.py hack/shapes/generate.py
 
 unit: venv
 	$(VENV)/pytest tests/unit

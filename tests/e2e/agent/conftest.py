@@ -71,9 +71,11 @@ def start_replay_agent(cluster: Cluster, kubegang_crds: None, tmp_path: Path) ->
     def start(*extra: str) -> AgentProcess:
         port = free_port()
         log = tmp_path / f"agent-{len(started)}.log"
+        # Plain HTTP (--metrics-auth off): these tests read what replay publishes; test_prometheus checks auth.
         command = [sys.executable, "-m", "kubegang.agent", "--replay-dir", str(DUMPS),
                    "--nodes-from-label", "type=kwok", "--metrics-host", "127.0.0.1",
-                   "--metrics-port", str(port), "--poll-interval", str(POLL_S), *extra]  # fmt: skip
+                   "--metrics-port", str(port), "--poll-interval", str(POLL_S),
+                   "--metrics-auth", "off", *extra]  # fmt: skip
         with log.open("wb") as out:
             process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                        env={**os.environ, "KUBECONFIG": str(cluster.kubeconfig)})  # fmt: skip

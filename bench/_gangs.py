@@ -218,6 +218,9 @@ def render(runs: list[dict[str, Any]], seeds: list[int], jobs: int) -> list[str]
                 scale, digits = (100.0, 1) if c.field in ("alloc_arrivals", "narrowest_share") else (1.0, 2)
                 cells.append(f"{word} vs {other} ({_ci(diff, scale, digits)})")
             lines.append(f"| {shape} | {workload} | " + " | ".join(cells) + " |")
+    lines += ["", "Why kubegang is behind where it is, which jobs wait and what blocks them, measured on the tuning "
+              "seeds: [benchmarks-analysis.md](benchmarks-analysis.md) (figures from "
+              "[benchmarks/why-kubegang-waits.md](benchmarks/why-kubegang-waits.md), `python -m bench.sim.why_waits`)."]
     lines += ["", "Offered load of each run (requested GPU-seconds over the cluster's, first to last arrival), "
               "by seed:", "", "| shape | workload | jobs | median / mean run time (s) | offered load per seed |",
               "|---|---|---:|---:|---|"]

@@ -11,7 +11,8 @@ from bench import run_all
 
 
 def _tiny(out: Path) -> list[str]:
-    return ["--seeds", "1", "--jobs", "20", "--openb-nodes", "50", "--openb-tasks", "400", "--out", str(out)]
+    return ["--seeds", "1", "--gang-seeds", "2", "--jobs", "20", "--openb-nodes", "50", "--openb-tasks", "400",
+            "--out", str(out)]
 
 
 def test_every_artefact_lands_under_out_and_the_committed_plots_are_untouched(tmp_path: Path) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from bench.sim import Job, KubegangPolicy, load_cluster, simulate
@@ -33,3 +36,20 @@ def test_a_job_behind_more_blocked_heads_than_max_rounds_waits_although_it_fits(
 
 def test_the_simulated_operator_runs_the_cycle_defaults() -> None:
     assert KubegangPolicy().settings.max_rounds == CycleSettings().max_rounds
+
+
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+
+
+def test_the_analysis_page_links_resolve_and_quotes_the_generated_experiment_rows() -> None:
+    page = (DOCS / "benchmarks-analysis.md").read_text()
+    for link in re.findall(r"\]\(([^)#]+\.md)\)", page):
+        assert (DOCS / link).is_file(), link
+    generated = (DOCS / "benchmarks" / "why-kubegang-waits.md").read_text()
+    section = generated.split("## The idea", 1)[1].split("Absolute figures", 1)[0]
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[2:]) for line in section.splitlines()
+            if line.startswith("| ") and "shape" not in line}
+    quoted = {tuple(c.strip().replace("−", "-") for c in line.strip("|").split("|")[1:])
+              for line in page.split("## The idea tried", 1)[1].split("\n\n")[2].splitlines()
+              if line.startswith("| ") and "shape" not in line}
+    assert rows and quoted == rows

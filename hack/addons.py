@@ -119,7 +119,8 @@ def http_status(url: str, context: ssl.SSLContext | None = None) -> int:
 
 
 def up(paths: dc.Paths, name: str) -> dict[str, Any]:
-    """Start the add-on (after stopping a previous one); on failure stop what was started, re-raise."""
+    """Start the add-on from scratch: a running one is taken down first, CRDs and objects with it (so
+    a second ``up`` is a clean restart, not a reload). On failure stop what was started, re-raise."""
     a = addon(name)
     if not dc.status(paths, quiet=True):
         raise dc.ClusterError("the control plane is not running: hack/cluster up first")

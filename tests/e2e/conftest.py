@@ -202,3 +202,28 @@ def crds(cluster: Cluster) -> None:
     """kubegang's CRDs applied (and Established), for tests that do not start the kubegang stack."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+
+
+def _addon(cluster: Cluster, name: str) -> Iterator[dict[str, Any]]:
+    """``hack/cluster addon NAME up`` (which builds it first if the cache lacks it), its state, then
+    ``down``. A failed build or start FAILS every test that uses it: a neighbour is never skipped."""
+    if cluster.cluster_dir is None:
+        pytest.fail(f"the {name} add-on runs as a local process: it needs the cluster hack/cluster starts",
+                    pytrace=False)
+    _hack("addon", name, "up", cluster_dir=cluster.cluster_dir)
+    try:
+        yield json.loads((cluster.cluster_dir / f"{name}.json").read_text())
+    finally:
+        _hack("addon", name, "down", cluster_dir=cluster.cluster_dir)
+
+
+@pytest.fixture(scope="session")
+def kueue(cluster: Cluster) -> Iterator[dict[str, Any]]:
+    """Real Kueue (hack/addons.py) beside whatever else runs; its state: ports, pid, version."""
+    yield from _addon(cluster, "kueue")
+
+
+@pytest.fixture(scope="session")
+def kuberay(cluster: Cluster) -> Iterator[dict[str, Any]]:
+    """The real KubeRay operator (hack/addons.py); its state: ports, pid, version."""
+    yield from _addon(cluster, "kuberay")

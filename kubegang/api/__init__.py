@@ -32,6 +32,21 @@ from kubegang.api._gpuqueue import (
 from kubegang.api._levels import LEVEL_NAMES
 from kubegang.api._podtemplate import Container, PodSpec, PodTemplateSpec, ResourceRequirements
 from kubegang.api._quantity import parse_quantity, whole_count
+from kubegang.api._raycluster import (
+    RAY_CLUSTER_LABEL,
+    RAY_GROUP_LABEL,
+    RAY_HEAD_GROUP,
+    RAY_NODE_TYPE_LABEL,
+    RAY_QUEUE_LABEL,
+    RAY_TOPOLOGY_PREFERRED_ANNOTATION,
+    RAY_TOPOLOGY_REQUIRED_ANNOTATION,
+    RayGang,
+    RayGangError,
+    RayGroup,
+    RayNodeType,
+    desired_worker_pods,
+    ray_cluster_gang,
+)
 from kubegang.api._registry import KINDS, UnknownKindError, kind_model, parse_manifest
 from kubegang.api._requests import GPU_RESOURCE, PodRequests, RequestError, pod_requests, pod_spec_requests
 from kubegang.api._resource import KindInfo, PrinterColumn, Resource
@@ -43,6 +58,13 @@ __all__ = [
     "GROUP",
     "KINDS",
     "LEVEL_NAMES",
+    "RAY_CLUSTER_LABEL",
+    "RAY_GROUP_LABEL",
+    "RAY_HEAD_GROUP",
+    "RAY_NODE_TYPE_LABEL",
+    "RAY_QUEUE_LABEL",
+    "RAY_TOPOLOGY_PREFERRED_ANNOTATION",
+    "RAY_TOPOLOGY_REQUIRED_ANNOTATION",
     "VERSION",
     "ApiModel",
     "Condition",
@@ -66,6 +88,10 @@ __all__ = [
     "PreemptionPolicy",
     "PrinterColumn",
     "QueuePosition",
+    "RayGang",
+    "RayGangError",
+    "RayGroup",
+    "RayNodeType",
     "ReplicaPlacement",
     "RequestError",
     "Resource",
@@ -75,12 +101,14 @@ __all__ = [
     "UnknownKindError",
     "crd_document",
     "crd_name",
+    "desired_worker_pods",
     "kind_model",
     "openapi_schema",
     "parse_manifest",
     "parse_quantity",
     "pod_requests",
     "pod_spec_requests",
+    "ray_cluster_gang",
     "structural",
     "whole_count",
 ]

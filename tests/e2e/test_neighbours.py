@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from kubegang.api import RAY_QUEUE_LABEL, ray_cluster_gang
+
 from .conftest import _hack
 
 Cluster = Any  # tests/e2e/conftest.py Cluster
@@ -223,6 +225,46 @@ def test_real_kuberay_turns_a_raycluster_into_a_head_and_a_gpu_worker_pod(
                                                      .get("status") or {}).get("state") == "ready", timeout=60)
     cluster.kubectl("delete", "raycluster", "rc", "-n", namespace)
     cluster.wait_for("the RayCluster's pods to be gone", lambda: _pods(cluster, namespace, selector) == [], timeout=60)
+
+
+def test_real_kuberay_honours_suspend_for_the_whole_cluster_the_way_kubegang_counts_it(
+        cluster: Cluster, kuberay: dict[str, Any], namespace: str) -> None:
+    """What docs/decisions.md's Ray gangs rest on: a suspended RayCluster has no pod; unsuspended, the
+    operator creates exactly the pods ray_cluster_gang counts, with the labels it names; suspended
+    again, every pod goes and the object stays (how a preempted gang leaves)."""
+    rc: dict[str, Any] = {
+        "apiVersion": "ray.io/v1", "kind": "RayCluster",
+        "metadata": {"name": "held", "namespace": namespace, "labels": {RAY_QUEUE_LABEL: "team-a"}},
+        "spec": {"suspend": True, "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                     "containers": [_ray_container("ray-head", 0)]}}},
+                 "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 1, "maxReplicas": 4,
+                                       "rayStartParams": {}, "template": {"spec": {
+                                           "containers": [_ray_container("ray-worker", 1)]}}}]}}
+    cluster.apply(rc)
+    selector = "ray.io/cluster=held"
+
+    def suspended() -> bool:
+        status = cluster.get_json("raycluster", "held", "-n", namespace).get("status") or {}
+        return (_condition({"status": status}, "RayClusterSuspended") or {}).get("status") == "True"
+
+    cluster.wait_for("KubeRay to report the cluster suspended", suspended, timeout=60)
+    for _ in range(3):
+        assert _pods(cluster, namespace, selector) == []
+        time.sleep(1)
+
+    gang = ray_cluster_gang(cluster.get_json("raycluster", "held", "-n", namespace))
+    assert (gang.pods, gang.gpus) == (3, 2)
+    cluster.kubectl("patch", "raycluster", "held", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    cluster.wait_for("all of the cluster's pods Running", lambda: len(
+        pods := _pods(cluster, namespace, selector)) == gang.pods and _running_on_kwok(cluster, pods), timeout=90)
+    for group in gang.groups:
+        labels = ",".join(f"{k}={v}" for k, v in group.pod_labels("held").items())
+        assert len(_pods(cluster, namespace, labels)) == group.pods, group
+
+    cluster.kubectl("patch", "raycluster", "held", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    cluster.wait_for("every pod gone on suspend", lambda: _pods(cluster, namespace, selector) == [], timeout=60)
+    assert cluster.kubectl("get", "raycluster", "held", "-n", namespace, check=False).returncode == 0
+    cluster.kubectl("delete", "raycluster", "held", "-n", namespace)
 
 
 # --- Kueue's down (last: it stops and restarts the session's Kueue) ----------------------------

@@ -1,0 +1,171 @@
+"""A KubeRay ``RayCluster`` read as one kubegang gang: its head and every worker group (issue 17).
+
+The first piece of "Ray clusters as gangs" (docs/decisions.md): what a labelled RayCluster asks for,
+counted the way the KubeRay operator will create its pods, so that the GPUs kubegang admits and
+charges to the queue are exactly the GPUs of the pods that later appear. Two rules are KubeRay's and
+are mirrored here, not invented: a worker group's pod count is ``GetWorkerGroupDesiredReplicas``
+(ray-operator v1.5.0, controllers/ray/utils/util.go: a suspended group has none; ``minReplicas``
+above ``maxReplicas`` means ``maxReplicas``; ``replicas`` clamped into ``[min, max]``; times
+``numOfHosts``), and the pods carry ``ray.io/cluster``, ``ray.io/group`` (``headgroup`` for the head)
+and ``ray.io/node-type``, which is how the extender will recognise them (by labels, never by the
+names KubeRay picks). What one pod asks for is :func:`kubegang.api.pod_spec_requests`, the one rule
+the GPUJob path uses too.
+
+Pure: it reads a RayCluster as JSON (what a watch delivers) and raises :class:`RayGangError` naming
+the field for anything it cannot count.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from kubegang.api._gpujob import Topology
+from kubegang.api._requests import PodRequests, RequestError, pod_spec_requests
+
+RAY_QUEUE_LABEL = "kubegang.io/queue"
+"""The label that hands a RayCluster (or RayJob) to kubegang: the GPUQueue it waits in."""
+RAY_TOPOLOGY_REQUIRED_ANNOTATION = "kubegang.io/topology-required"
+"""A level name (``leaf``, ``nvlink``, ...): every pod of the gang inside one such domain."""
+RAY_TOPOLOGY_PREFERRED_ANNOTATION = "kubegang.io/topology-preferred"
+"""A level name tried first, narrower than or equal to the required one."""
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+RAY_GROUP_LABEL = "ray.io/group"
+RAY_NODE_TYPE_LABEL = "ray.io/node-type"
+RAY_HEAD_GROUP = "headgroup"
+"""The ``ray.io/group`` value KubeRay gives the head pod."""
+
+_INT32_MAX = 2**31 - 1
+
+
+class RayGangError(ValueError):
+    """A RayCluster kubegang cannot count; the message names the field and what is allowed."""
+
+
+class RayNodeType(enum.StrEnum):
+    """``ray.io/node-type`` of a group's pods."""
+
+    HEAD = "head"
+    WORKER = "worker"
+
+
+@dataclass(frozen=True, slots=True)
+class RayGroup:
+    """One group of identical pods: the head, or one worker group."""
+
+    name: str
+    """``headgroup`` or the worker group's ``groupName``."""
+    node_type: RayNodeType
+    pods: int
+    """How many pods KubeRay will create for it now."""
+    requests: PodRequests
+    """What each of them asks for."""
+
+    def pod_labels(self, cluster: str) -> dict[str, str]:
+        """The labels KubeRay puts on this group's pods: what identifies them as they appear."""
+        return {RAY_CLUSTER_LABEL: cluster, RAY_GROUP_LABEL: self.name, RAY_NODE_TYPE_LABEL: self.node_type.value}
+
+
+@dataclass(frozen=True, slots=True)
+class RayGang:
+    """A RayCluster's whole demand: admitted all together or not at all."""
+
+    namespace: str
+    name: str
+    queue: str
+    topology: Topology
+    groups: tuple[RayGroup, ...]
+    """The head first, then the worker groups in spec order."""
+
+    @property
+    def pods(self) -> int:
+        return sum(g.pods for g in self.groups)
+
+    @property
+    def gpus(self) -> int:
+        """Every GPU of every pod: what the queue is charged."""
+        return sum(g.pods * g.requests.gpus for g in self.groups)
+
+    @property
+    def gpu_groups(self) -> tuple[RayGroup, ...]:
+        return tuple(g for g in self.groups if g.pods and g.requests.gpus)
+
+
+def _int(value: Any, where: str, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _INT32_MAX:
+        raise RayGangError(f"{where}: must be an integer from 0 to {_INT32_MAX}, got {value!r}")
+    return value
+
+
+def desired_worker_pods(group: Mapping[str, Any], where: str) -> int:
+    """KubeRay's ``GetWorkerGroupDesiredReplicas`` (see the module docstring), CRD defaults included."""
+    if group.get("suspend") is True:
+        return 0
+    low = _int(group.get("minReplicas"), f"{where}.minReplicas", 0)
+    high = _int(group.get("maxReplicas"), f"{where}.maxReplicas", _INT32_MAX)
+    replicas = _int(group.get("replicas"), f"{where}.replicas", 0)
+    hosts = _int(group.get("numOfHosts"), f"{where}.numOfHosts", 1)
+    return (high if low > high else min(max(replicas, low), high)) * hosts
+
+
+def _template_requests(group: Mapping[str, Any], where: str) -> PodRequests:
+    template = group.get("template")
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    if not isinstance(spec, Mapping) or not spec.get("containers"):
+        raise RayGangError(f"{where}.template.spec.containers: required (at least one container)")
+    try:
+        return pod_spec_requests(spec, where=f"{where}.template.spec")
+    except RequestError as exc:
+        raise RayGangError(str(exc)) from None
+
+
+def _topology(annotations: Mapping[str, Any]) -> Topology:
+    values = {field: annotations.get(key) for field, key in (
+        ("required", RAY_TOPOLOGY_REQUIRED_ANNOTATION), ("preferred", RAY_TOPOLOGY_PREFERRED_ANNOTATION))}
+    try:
+        return Topology.model_validate({k: v for k, v in values.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = {"required": RAY_TOPOLOGY_REQUIRED_ANNOTATION, "preferred": RAY_TOPOLOGY_PREFERRED_ANNOTATION}.get(
+            str(first["loc"][0]) if first["loc"] else "", f"{RAY_TOPOLOGY_REQUIRED_ANNOTATION}/preferred")
+        raise RayGangError(f"metadata.annotations[{key}]: {first['msg']}") from None
+
+
+def ray_cluster_gang(obj: Mapping[str, Any]) -> RayGang:
+    """The gang of a RayCluster labelled ``kubegang.io/queue``; :class:`RayGangError` otherwise."""
+    meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
+    labels = meta.get("labels") or {}
+    queue = labels.get(RAY_QUEUE_LABEL) if isinstance(labels, Mapping) else None
+    if not isinstance(queue, str) or not queue:
+        raise RayGangError(f"metadata.labels[{RAY_QUEUE_LABEL}]: required (the GPUQueue the Ray cluster waits in)")
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("headGroupSpec"), Mapping):
+        raise RayGangError("spec.headGroupSpec: required (every Ray cluster has a head)")
+    groups = [RayGroup(RAY_HEAD_GROUP, RayNodeType.HEAD, 1, _template_requests(spec["headGroupSpec"],
+                                                                                "spec.headGroupSpec"))]
+    workers = spec.get("workerGroupSpecs") or []
+    if not isinstance(workers, list):
+        raise RayGangError("spec.workerGroupSpecs: must be a list of worker groups")
+    seen: set[str] = set()
+    for i, group in enumerate(workers):
+        where = f"spec.workerGroupSpecs[{i}]"
+        if not isinstance(group, Mapping):
+            raise RayGangError(f"{where}: must be a worker group (an object)")
+        name = group.get("groupName")
+        if not isinstance(name, str) or not name:
+            raise RayGangError(f"{where}.groupName: required (a non-empty name)")
+        if name in seen or name == RAY_HEAD_GROUP:
+            raise RayGangError(f"{where}.groupName: {name!r} is used twice (the head's group is {RAY_HEAD_GROUP!r})")
+        seen.add(name)
+        groups.append(RayGroup(name, RayNodeType.WORKER, desired_worker_pods(group, where),
+                               _template_requests(group, where)))
+    annotations = meta.get("annotations") or {}
+    return RayGang(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""), queue=queue,
+                   topology=_topology(annotations if isinstance(annotations, Mapping) else {}),
+                   groups=tuple(groups))

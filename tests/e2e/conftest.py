@@ -217,13 +217,16 @@ def _addon(cluster: Cluster, name: str) -> Iterator[dict[str, Any]]:
         _hack("addon", name, "down", cluster_dir=cluster.cluster_dir)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kueue(cluster: Cluster) -> Iterator[dict[str, Any]]:
-    """Real Kueue (hack/addons.py) beside whatever else runs; its state: ports, pid, version."""
+    """Real Kueue (hack/addons.py) beside whatever else runs; its state: ports, pid, version.
+
+    Per module, not per session: its informers watch every pod and Job, and the rest of the suite
+    (benchmarks, chaos) should not pay for a neighbour it does not use."""
     yield from _addon(cluster, "kueue")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kuberay(cluster: Cluster) -> Iterator[dict[str, Any]]:
-    """The real KubeRay operator (hack/addons.py); its state: ports, pid, version."""
+    """The real KubeRay operator (hack/addons.py), per module like ``kueue``; its state: ports, pid, version."""
     yield from _addon(cluster, "kuberay")

@@ -1,13 +1,14 @@
 """Issue 17: real neighbours on the local control plane — Kueue v0.17 and the KubeRay operator v1.5.
 
 Both are the real binaries, built from the Go module proxy by hack/build-addons.sh and started by
-``hack/cluster addon NAME up`` (the ``kueue`` and ``kuberay`` session fixtures): if either cannot be
-built or started, these tests fail, never skip. What they prove is that the neighbours really work
-here, so the side-by-side benchmark and the Ray gangs of issue 17 measure and drive the real thing:
-Kueue queues a batch Job by quota (its webhook suspends it, its controller unsuspends it when
+``hack/cluster addon NAME up`` (the ``kueue`` and ``kuberay`` fixtures, one start per module): if
+either cannot be built or started, these tests fail, never skip. What they prove is that the
+neighbours really work here, so the side-by-side benchmark and the Ray gangs of issue 17 measure and
+drive the real thing: Kueue queues a batch Job by quota (its webhook suspends it, its controller unsuspends it when
 admitted) while kubegang's GPUJobs in another namespace keep running untouched, a stopped Kueue
 blocks only what is labelled for it, its ``down`` leaves nothing that could block a namespace, and
-KubeRay turns a RayCluster into a head and a GPU worker pod on the fake nodes.
+KubeRay turns a RayCluster into a head and a GPU worker pod on the fake nodes and honours
+``suspend`` for the whole cluster.
 """
 
 from __future__ import annotations
@@ -267,7 +268,7 @@ def test_real_kuberay_honours_suspend_for_the_whole_cluster_the_way_kubegang_cou
     cluster.kubectl("delete", "raycluster", "held", "-n", namespace)
 
 
-# --- Kueue's down (last: it stops and restarts the session's Kueue) ----------------------------
+# --- Kueue's down (last: it stops and restarts the module's Kueue) ----------------------------
 
 def test_kueue_down_leaves_nothing_that_could_block_a_namespace(cluster: Cluster, kueue: dict[str, Any]) -> None:
     namespace = f"t-kueue-down-{os.getpid()}"
@@ -291,6 +292,6 @@ def test_kueue_down_leaves_nothing_that_could_block_a_namespace(cluster: Cluster
         cluster.wait_for(f"namespace {namespace} deleted without Kueue", lambda: cluster.kubectl(
             "get", "namespace", namespace, check=False).returncode != 0, timeout=90)
     finally:
-        # The session's Kueue again, for whoever comes next (its fixture stops it at the end).
+        # This module's Kueue again, for whoever comes next (its fixture stops it at the end).
         _hack("addon", "kueue", "up", cluster_dir=cluster.cluster_dir)
         kueue.update(json.loads((cluster.cluster_dir / "kueue.json").read_text()))

@@ -87,8 +87,14 @@ CLUSTER_BOUND = frozenset({WaitReason.EXCEEDS_CLUSTER})
 class CycleSettings:
     """How the cycle walks the queues."""
 
-    max_rounds: int = 8
-    """Rounds per cycle in which a head that cannot be admitted steps aside for the next job."""
+    max_rounds: int = 64
+    """Rounds per cycle in which a head that cannot be admitted steps aside for the next job.
+
+    Each round tries one head per queue, and every cycle starts again from the front, so this is how
+    deep the cycle looks behind blocked heads. At 8, one queue whose first 8 jobs were large gangs
+    waiting for GPUs hid every small job behind them (head-of-line blocking: on the fair yardstick's
+    tuning seeds 1-GPU jobs waited as long as 128-GPU ones, and 65 jobs that fit were left waiting
+    per pass; ``bench/sim/why_waits.py``). A blocked try costs a quota check and at most one Plan."""
     backfill: BackfillPolicy = dataclasses.field(default_factory=BackfillPolicy)
     """Backfill past blocked heads, and when a blocked head reserves its nodes."""
 

@@ -215,7 +215,9 @@ def test_a_gang_evicted_for_a_preemptor_is_not_evicted_again_and_again() -> None
                 assert now not in evicted[uid], f"{uid} evicted twice at {now}"  # fail fast, not loop
                 evicted[uid].append(now)
                 assert any(by_id[s].priority > by_id[uid].priority for s in step.started), f"{uid} evicted for nobody"
-                assert len(evicted[uid]) <= 8, f"{uid} evicted {len(evicted[uid])} times"
+                # A bound against the old livelock (2,664 evictions), not a quota: the cycle's deeper
+                # walk past blocked heads admits more high-priority gangs, each of which may pick it.
+                assert len(evicted[uid]) <= 16, f"{uid} evicted {len(evicted[uid])} times"
             return step
 
     result = simulate(Counting(), cluster, jobs, seed=1)

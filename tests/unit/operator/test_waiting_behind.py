@@ -3,6 +3,7 @@ that job is of its own namespace and as "a job of another namespace" otherwise."
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from kubegang.operator._conditions import CondType, get_condition
@@ -12,6 +13,7 @@ NODES = {f"node-{i}": 8 for i in range(4)}
 
 async def test_jobs_not_reached_name_the_job_they_wait_behind(job_body: Any, make_world: Any) -> None:
     w = make_world({"team-a": 8}, NODES)
+    w.admission.cycle.settings = dataclasses.replace(w.admission.cycle.settings, max_rounds=8)  # a short walk
     w.submit(job_body("running", replicas=1, gpus=8, created="2025-01-01T00:00:00Z"))
     await w.cycle()
     # Nine jobs that quota refuses: the cycle tries eight heads (max_rounds), the ninth is not reached.

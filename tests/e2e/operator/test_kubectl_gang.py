@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,9 @@ def test_a_user_without_list_rights_elsewhere_sees_counts_not_other_teams_jobs(o
         ops.cluster.apply(theirs)
         ops.cluster.wait_for("the other team's job to wait", lambda: (ops.cluster.get_json(
             "gpujob", "secret-plan", "-n", other).get("status") or {}).get("phase") == "Queued", timeout=60)
+        # FIFO is by creationTimestamp, which has whole seconds: created in the same second, the two
+        # would tie and their order be the UIDs' (it was, in a full run). One second apart, it is FIFO.
+        time.sleep(1.1)
         ops.cluster.apply(pinned(ops, "mine", q, 1, where))
         ops.wait_phase("mine", "Queued", timeout=60)
         ops.cluster.wait_for("the queue's status to count both", lambda: (ops.cluster.get_json("gpuqueue", q).get(

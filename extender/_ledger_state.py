@@ -436,8 +436,7 @@ class LedgerState:
                 placed.append(a.pod)
                 continue
             except AllocationError as exc:
-                intruder = next((h for h in self._pods.values() if h.bound and h.node == a.node
-                                 and h.owner != job and set(h.gpu_indices) & set(a.gpus)), None)
+                intruder = self._bound_intruder(a.node, job, a.gpus)
                 if intruder is None:
                     log.error("reservation of job %s lost after a topology change: %s", job, exc)
                     for index in placed:
@@ -450,12 +449,17 @@ class LedgerState:
         if not reservation.held:
             del self._reservations[job]
 
+    def _bound_intruder(self, node: str, owner: str, gpus: Sequence[int]) -> HeldPod | None:
+        """A bound pod of another owner on ``node`` holding any of ``gpus`` (any GPU when ``gpus`` is empty)."""
+        wanted = set(gpus)
+        return next((h for h in self._pods.values() if h.bound and h.node == node and h.owner != owner
+                     and (not wanted or wanted & set(h.gpu_indices))), None)
+
     def _note_displaced(self, pod: HeldPod) -> None:
         """An unbound gang pod that did not fit because a bound pod on its node holds its GPUs."""
         if pod.owner.startswith("pod/"):
             return
-        intruder = next((h for h in self._pods.values() if h.bound and h.node == pod.node and h.owner != pod.owner
-                         and (not pod.gpu_indices or set(h.gpu_indices) & set(pod.gpu_indices))), None)
+        intruder = self._bound_intruder(pod.node, pod.owner, pod.gpu_indices)
         if intruder is not None:
             self._record_displacement(pod.owner, pod.index, intruder, pod)
 

@@ -23,7 +23,7 @@ from ._baselines import (
     tree_select,
 )
 from ._cluster import Cluster, load_cluster, shape_nodes
-from ._engine import Policy, RunResult, Step, simulate
+from ._engine import Policy, RunResult, Step, Wrapped, simulate
 from ._kubegang import KubegangPolicy
 from ._metrics import RunMetrics, gang_request, percentile
 from ._oracle import narrowest_level
@@ -67,6 +67,7 @@ __all__ = [
     "SlurmTreeModel",
     "Step",
     "VolcanoHyperNodeModel",
+    "Wrapped",
     "benchmark_spec",
     "for_cluster",
     "gang_request",

@@ -61,6 +61,37 @@ class Policy(Protocol):
         """The next time the policy wants a pass without any arrival or completion, if any."""
 
 
+class Wrapped:
+    """A policy that delegates to ``inner``: the base of wrappers that observe a run (checks, figures),
+    so each overrides only the calls it watches. ``snapshot`` is the run's, kept from ``reset``."""
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def reset(self, cluster: Cluster, snapshot: Snapshot, rng: random.Random) -> None:
+        self.snapshot = snapshot
+        self.inner.reset(cluster, snapshot, rng)
+
+    def submit(self, job: Job, now: float) -> None:
+        self.inner.submit(job, now)
+
+    def finished(self, job: Job, now: float) -> None:
+        self.inner.finished(job, now)
+
+    def schedule(self, now: float) -> Step:
+        return self.inner.schedule(now)
+
+    def waiting(self) -> int:
+        return self.inner.waiting()
+
+    def partial_gpus(self) -> int:
+        return self.inner.partial_gpus()
+
+    def next_timer(self) -> float | None:
+        return self.inner.next_timer()
+
+
 _ARRIVAL, _COMPLETION, _TIMER, _SAMPLE = 0, 1, 2, 3
 
 

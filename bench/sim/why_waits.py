@@ -17,7 +17,6 @@ Writes ``DIR/why-kubegang-waits.md`` (default docs/benchmarks/) and prints it.
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from collections.abc import Callable
@@ -29,13 +28,13 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 
 from bench._gangs import TUNING_SEED_BASE
 from bench.sim import (
-    Cluster,
     GangBinpackModel,
     Job,
     KubegangPolicy,
     Policy,
     SlurmTreeModel,
     Step,
+    Wrapped,
     benchmark_spec,
     for_cluster,
     load_cluster,
@@ -44,7 +43,6 @@ from bench.sim import (
 )
 from bench.sim._stats import interval, paired
 from kubegang.levels import Level
-from kubegang.placement import Snapshot
 from kubegang.topology import flavour_key
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
@@ -66,36 +64,16 @@ def _waiting(policy: Policy) -> list[Job]:
     return list(queue.jobs.values()) if queue is not None else []
 
 
-class FitButWaiting:
+class FitButWaiting(Wrapped):
     """Wraps a policy; integrates over time the waiting jobs that the free GPUs could hold after a pass."""
 
     def __init__(self, inner: Policy) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.last = 0.0
         self.count = 0
         self.gpus = 0
         self.job_seconds = 0.0
         self.gpu_seconds = 0.0
-
-    def reset(self, cluster: Cluster, snapshot: Snapshot, rng: random.Random) -> None:
-        self.snapshot = snapshot
-        self.inner.reset(cluster, snapshot, rng)
-
-    def submit(self, job: Job, now: float) -> None:
-        self.inner.submit(job, now)
-
-    def finished(self, job: Job, now: float) -> None:
-        self.inner.finished(job, now)
-
-    def waiting(self) -> int:
-        return self.inner.waiting()
-
-    def partial_gpus(self) -> int:
-        return self.inner.partial_gpus()
-
-    def next_timer(self) -> float | None:
-        return self.inner.next_timer()
 
     def schedule(self, now: float) -> Step:
         self.job_seconds += self.count * (now - self.last)

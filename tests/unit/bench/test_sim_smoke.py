@@ -15,6 +15,7 @@ from bench.sim import (
     KubegangPolicy,
     Policy,
     Step,
+    Wrapped,
     benchmark_spec,
     for_cluster,
     generate,
@@ -24,35 +25,15 @@ from bench.sim import (
 from bench.sim import _openb as openb
 from bench.sim._baselines import DefaultSchedulerModel
 from bench.sim._cluster import Cluster
-from kubegang.placement import MILLI, Snapshot
+from kubegang.placement import MILLI
 
 
-class Checked:
+class Checked(Wrapped):
     """Delegates to a policy and checks the snapshot's books after every pass."""
 
     def __init__(self, inner: Policy) -> None:
-        self.inner = inner
-        self.name = inner.name
+        super().__init__(inner)
         self.passes = 0
-
-    def reset(self, cluster: Cluster, snapshot: Snapshot, rng: random.Random) -> None:
-        self.snapshot = snapshot
-        self.inner.reset(cluster, snapshot, rng)
-
-    def submit(self, job: Job, now: float) -> None:
-        self.inner.submit(job, now)
-
-    def finished(self, job: Job, now: float) -> None:
-        self.inner.finished(job, now)
-
-    def waiting(self) -> int:
-        return self.inner.waiting()
-
-    def partial_gpus(self) -> int:
-        return self.inner.partial_gpus()
-
-    def next_timer(self) -> float | None:
-        return self.inner.next_timer()
 
     def schedule(self, now: float) -> Step:
         step = self.inner.schedule(now)

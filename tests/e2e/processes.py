@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 
@@ -65,3 +67,14 @@ def wait_restarted(cluster_dir: Path, component: str, old_pid: int, timeout: flo
             return pid
         time.sleep(0.1)
     raise AssertionError(f"{component} was not restarted within {timeout:.0f}s")
+
+
+def http_ok(url: str) -> bool:
+    """Whether ``url`` answers 200 now (an https URL: a self-signed certificate is accepted, as the
+    control plane's own health ports have one)."""
+    context = ssl._create_unverified_context() if url.startswith("https:") else None
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False

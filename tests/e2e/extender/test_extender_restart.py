@@ -16,12 +16,13 @@ import datetime as dt
 import json
 import threading
 import time
-import urllib.request
 from collections import Counter
 from typing import Any
 
 from kubegang.placement import GangRequest, Placement
 from kubegang.podcontract import GPU_RESOURCE, GPUS_ANNOTATION, JOB_UID_LABEL, NODE_ANNOTATION
+
+from .. import processes
 
 GANGS = 12
 PODS_PER_GANG = 2
@@ -50,14 +51,6 @@ def _record_admission(extender: Any, namespace: str, name: str, placement: Place
                              "-p", json.dumps(status))
 
 
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
 def _gpus(pod: dict[str, Any]) -> int:
     return sum(int(c["resources"].get("limits", {}).get(GPU_RESOURCE, 0)) for c in pod["spec"]["containers"])
 
@@ -71,7 +64,7 @@ def test_killing_the_extender_mid_burst_loses_no_reservation(extender: Any, name
         for component, argv in stopped.items():
             extender.start(argv, component=component)
         for port in extender.kubegang.ports["operator_metrics"]:
-            extender.cluster.wait_for("restarted operator serving", lambda port=port: _http_ok(
+            extender.cluster.wait_for("restarted operator serving", lambda port=port: processes.http_ok(
                 f"http://127.0.0.1:{port}/metrics"), timeout=60, interval=0.5)
 
 

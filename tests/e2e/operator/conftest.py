@@ -88,6 +88,15 @@ class Ops:
             args += ["-l", f"kubegang.io/job-name={job}"]
         return [p for p in self.cluster.get_json(*args)["items"] if not p["metadata"].get("deletionTimestamp")]
 
+    def leader(self) -> str | None:
+        """The Lease holder's identity; None while it cannot be read (an API server restarting)."""
+        out = self.cluster.kubectl("get", "lease", "kubegang-operator", "-n", self.kubegang.state["namespace"],
+                                   "-o", "json", check=False)
+        if out.returncode != 0:
+            return None
+        holder = (json.loads(out.stdout).get("spec") or {}).get("holderIdentity")
+        return str(holder) if holder else None
+
     def condition(self, name: str, ctype: str) -> dict[str, Any] | None:
         return next((c for c in self.status(name).get("conditions") or [] if c["type"] == ctype), None)
 

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import json
 import signal
-import ssl
 import threading
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -40,31 +38,6 @@ GANG_TIMEOUT_S = 60
 SAMPLE_S = 2.0
 NODES, GPUS_PER_NODE = 128, 8
 HIGH, LOW = "chaos-high", "chaos-low"
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
-def _https_ok(url: str) -> bool:
-    """kube-scheduler's /healthz on its secure port (self-signed, anonymous access allowed)."""
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=ssl._create_unverified_context()) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
-def _leader(ops: Any) -> str | None:
-    out = ops.cluster.kubectl("get", "lease", "kubegang-operator", "-n", ops.kubegang.state["namespace"],
-                              "-o", "json", check=False)
-    if out.returncode != 0:
-        return None
-    return (json.loads(out.stdout).get("spec") or {}).get("holderIdentity")
 
 
 class Auditor(threading.Thread):
@@ -187,8 +160,8 @@ def test_a_burst_survives_every_process_killed_and_the_leader_paused(ops: Any, r
     ports = ops.kubegang.ports
     scheduler_port = json.loads((chaos.dir / "state.json").read_text())["ports"]["scheduler"]
     apiserver_ready = lambda: ops.cluster.kubectl("get", "--raw", "/readyz", check=False).returncode == 0  # noqa: E731
-    extender_ready = lambda: _http_ok(f"http://127.0.0.1:{ports['extender_metrics']}/readyz")  # noqa: E731
-    agent_ready = lambda: _http_ok(f"http://127.0.0.1:{ports['agent_metrics']}/healthz")  # noqa: E731
+    extender_ready = lambda: processes.http_ok(f"http://127.0.0.1:{ports['extender_metrics']}/readyz")  # noqa: E731
+    agent_ready = lambda: processes.http_ok(f"http://127.0.0.1:{ports['agent_metrics']}/healthz")  # noqa: E731
 
     auditor = Auditor(ops)
     auditor.start()
@@ -199,15 +172,15 @@ def test_a_burst_survives_every_process_killed_and_the_leader_paused(ops: Any, r
     try:
         chaos.kubegang_process("kubegang-extender", extender_ready)
         kills.append("extender")
-        leader = _leader(ops)
+        leader = ops.leader()
         assert leader is not None
         index = int(leader.rsplit("-", 1)[-1])
         operator_port = ports["operator_metrics"][index]
         chaos.kubegang_process(f"kubegang-operator-{index}",
-                               lambda: _http_ok(f"http://127.0.0.1:{operator_port}/metrics"), down_for=2.0)
+                               lambda: processes.http_ok(f"http://127.0.0.1:{operator_port}/metrics"), down_for=2.0)
         kills.append("operator leader")
-        chaos.ops.cluster.wait_for("a leader", lambda: _leader(ops) is not None, timeout=60)
-        chaos.control_plane("kube-scheduler", lambda: _https_ok(f"https://127.0.0.1:{scheduler_port}/healthz"))
+        chaos.ops.cluster.wait_for("a leader", lambda: ops.leader() is not None, timeout=60)
+        chaos.control_plane("kube-scheduler", lambda: processes.http_ok(f"https://127.0.0.1:{scheduler_port}/healthz"))
         kills.append("kube-scheduler")
         chaos.control_plane("kube-apiserver", apiserver_ready)
         kills.append("kube-apiserver")
@@ -221,13 +194,13 @@ def test_a_burst_survives_every_process_killed_and_the_leader_paused(ops: Any, r
         chaos.kubegang_process("kubegang-agent", agent_ready)
         kills.append("agent")
         # Pause the leader past its lease, then let it run on: it must wake up fenced.
-        leader = _leader(ops)
+        leader = ops.leader()
         assert leader is not None
         paused = f"kubegang-operator-{int(leader.rsplit('-', 1)[-1])}"
         processes.kill(chaos.dir, paused, signal.SIGSTOP)
         t_stop = time.monotonic()
         try:
-            ops.cluster.wait_for("the standby to lead", lambda: _leader(ops) not in (None, leader), timeout=60)
+            ops.cluster.wait_for("the standby to lead", lambda: ops.leader() not in (None, leader), timeout=60)
             chaos.recovered["leader paused: standby leads"] = time.monotonic() - t_stop
             time.sleep(max(0.0, 20 - (time.monotonic() - t_stop)))
         finally:

@@ -32,11 +32,6 @@ JOBS = 24
 PAUSE_S = 25  # the lease is 15 s: the standby takes over while this replica is stopped
 
 
-def _leader(ops: Any) -> str:
-    lease = ops.cluster.get_json("lease", "kubegang-operator", "-n", ops.kubegang.state["namespace"])
-    return str(lease["spec"]["holderIdentity"])
-
-
 def _metric(port: int, name: str) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
         text = resp.read().decode()
@@ -48,7 +43,8 @@ def test_a_leader_paused_past_its_lease_writes_nothing_when_it_wakes(ops: Any, r
     ops.cluster.use_shape("superpod-h100")
     request.addfinalizer(ops.kubegang.restart)  # the woken replica exits: later tests get two again
     queue = ops.queue("pause", [(H100, QUOTA_GPUS)])
-    leader = _leader(ops)
+    leader = ops.leader()
+    assert leader is not None
     index = int(leader.rsplit("-", 1)[-1])
     pid = ops.kubegang.pid(f"kubegang-operator-{index}")
     assert pid is not None, f"no pid file for leader {leader}"
@@ -61,7 +57,8 @@ def test_a_leader_paused_past_its_lease_writes_nothing_when_it_wakes(ops: Any, r
     os.kill(pid, signal.SIGSTOP)  # mid-burst: it has admissions and reports under way
     stopped = time.monotonic()
     try:
-        ops.cluster.wait_for("the standby to lead", lambda: _leader(ops) != leader, timeout=60, interval=0.5)
+        ops.cluster.wait_for("the standby to lead", lambda: ops.leader() not in (None, leader),
+                             timeout=60, interval=0.5)
         took_over = time.monotonic() - stopped
         ops.cluster.wait_for("the quota filled by the new leader", lambda: sum(
             1 for j in ops.jobs() if (j.get("status") or {}).get("admittedAt")) == QUOTA_GPUS // 8,
@@ -70,7 +67,7 @@ def test_a_leader_paused_past_its_lease_writes_nothing_when_it_wakes(ops: Any, r
     finally:
         os.kill(pid, signal.SIGCONT)
     print(f"\nFIGURE leader {leader} stopped {time.monotonic() - stopped:.1f}s; "
-          f"{_leader(ops)} took over after {took_over:.1f}s")
+          f"{ops.leader()} took over after {took_over:.1f}s")
 
     # The woken replica stops its watches and exits; the other one goes on leading.
     ops.cluster.wait_for("the woken replica to exit", lambda: not processes.alive(pid), timeout=20, interval=0.5)

@@ -35,11 +35,6 @@ def test_64_pod_gang_from_apply_to_all_running(ops: Any) -> None:
     print(f"\nFIGURE apply -> all pods Running, 64-pod gang (512 GPUs): {elapsed:.1f}s")
 
 
-def _leader(ops: Any) -> str:
-    lease = ops.cluster.get_json("lease", "kubegang-operator", "-n", ops.kubegang.state["namespace"])
-    return str(lease["spec"]["holderIdentity"])
-
-
 def test_burst_of_500_jobs_survives_killing_the_leader(ops: Any, request: pytest.FixtureRequest) -> None:
     ops.cluster.use_shape("superpod-h100")
     root = ops.queue("burst", [(H100, NODES * GPUS_PER_NODE)])
@@ -49,7 +44,8 @@ def test_burst_of_500_jobs_survives_killing_the_leader(ops: Any, request: pytest
         # 1 or 2 pods of 8 GPUs; every 5th job finishes after 10s so the queue keeps moving.
         annotations = {"kubegang.io/fake-runtime": "10s"} if i % 5 == 0 else {}
         manifests.append(ops.job_manifest(f"j{i:03d}", leaves[i % LEAVES], 1 + i % 2, 8, annotations=annotations))
-    leader = _leader(ops)
+    leader = ops.leader()
+    assert leader is not None
     start = time.monotonic()
     ops.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(manifests),
                         timeout=300)
@@ -77,8 +73,9 @@ def test_burst_of_500_jobs_survives_killing_the_leader(ops: Any, request: pytest
     killed = time.monotonic()
     # The stack is the session's: later tests (Prometheus scrapes both replicas) get it whole again.
     request.addfinalizer(ops.kubegang.restart)
-    ops.cluster.wait_for("the other replica to lead", lambda: _leader(ops) != leader, timeout=60, interval=1)
-    print(f"FIGURE leader {leader} killed; {_leader(ops)} took over after {time.monotonic() - killed:.1f}s")
+    ops.cluster.wait_for("the other replica to lead", lambda: ops.leader() not in (None, leader),
+                         timeout=60, interval=1)
+    print(f"FIGURE leader {leader} killed; {ops.leader()} took over after {time.monotonic() - killed:.1f}s")
 
     def settled() -> bool:
         jobs = ops.jobs()

@@ -24,6 +24,8 @@ class PodTimes:
     running: float | None = None
     node: str | None = None
     deleted: float | None = None
+    finished: float | None = None
+    """First seen Succeeded or Failed: the GPUs are free again."""
 
 
 @dataclass
@@ -62,6 +64,8 @@ class Recorder:
                 pod.bound, pod.node = t, spec["nodeName"]
             if status.get("phase") in ("Running", *FINISHED) and pod.running is None:
                 pod.running = t
+            if status.get("phase") in FINISHED and pod.finished is None:
+                pod.finished = t
             if kind == "DELETED" and pod.deleted is None:
                 pod.deleted = t
 

@@ -91,9 +91,32 @@ class Topology(ApiModel):
         return self
 
 
+class PodSourceKind(enum.StrEnum):
+    """Which controller makes a gang's pods (``spec.podSource.kind``)."""
+
+    RAY_CLUSTER = "RayCluster"
+    POD_GROUP = "PodGroup"
+
+
+class PodSource(ApiModel):
+    """The gang's pods are made by another controller; kubegang admits, charges and places them.
+
+    Written by the operator on the GPUJob that represents a labelled RayCluster or pod group
+    (``kubegang.api._podsource``). With it the operator creates no pod, Service or ConfigMap: on
+    admission it lets the source make its pods (a RayCluster is unsuspended), pins each GPU pod that
+    appears to a slot of the placement, and on preemption or requeue takes them all away again (a
+    RayCluster is suspended; a pod group's pods are deleted for their controller to make anew)."""
+
+    kind: PodSourceKind
+    """``RayCluster`` (KubeRay, ``ray.io/v1``) or ``PodGroup`` (pods labelled ``kubegang.io/pod-group``)."""
+    name: str = Field(min_length=1, max_length=253)
+    """The RayCluster's name, or the value of the pods' ``kubegang.io/pod-group`` label."""
+
+
 _EXPLICIT_GPUS = "(has(self.gpusPerReplica) || has(self.gpuFraction))"
 _FRACTION_SINGLE = "gpuFraction (a share of one GPU) is allowed only with replicas: 1"
 _ONE_OF = "set gpusPerReplica or gpuFraction, not both"
+_SOURCE_NO_FRAMEWORK = "podSource: the source's controller makes the pods, so framework must be none"
 _COUNT_ONCE = (
     f"gpusPerReplica and gpuFraction cannot be combined with a {GPU_RESOURCE} limit or request in "
     "template.spec.containers[*].resources or template.spec.initContainers[*].resources; "
@@ -122,6 +145,12 @@ class GPUJobSpec(ApiModel):
                 f"!{_EXPLICIT_GPUS} || !({HAS_TEMPLATE_GPU_LIMIT})",
                 _COUNT_ONCE,
                 field_path=".template",
+                reason="FieldValueForbidden",
+            ),
+            cel(
+                "!has(self.podSource) || self.framework == 'none'",
+                _SOURCE_NO_FRAMEWORK,
+                field_path=".framework",
                 reason="FieldValueForbidden",
             ),
         )
@@ -160,6 +189,9 @@ class GPUJobSpec(ApiModel):
     """A suspended job holds no pods and no quota; set it back to false to queue it again."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, strict=True)
     """Delete the job this many seconds after it Succeeded or Failed."""
+    pod_source: PodSource | None = None
+    """The pods are made by another controller (a RayCluster, a pod group): kubegang admits and places
+    them instead of creating them. Written by the operator for labelled RayClusters and pod groups."""
 
     @model_validator(mode="after")
     def _gpu_count_given_once(self) -> Self:
@@ -170,6 +202,8 @@ class GPUJobSpec(ApiModel):
         explicit = self.gpus_per_replica is not None or self.gpu_fraction is not None
         if explicit and self.template.sets_gpus():
             raise ValueError(_COUNT_ONCE)
+        if self.pod_source is not None and self.framework != "none":
+            raise ValueError(_SOURCE_NO_FRAMEWORK)
         return self
 
     def whole_gpus_per_replica(self) -> int:

@@ -22,18 +22,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
-
 from kubegang.api._gpujob import Topology
+from kubegang.api._podsource import (
+    QUEUE_LABEL,
+    RAY_CLUSTER_LABEL,
+    TOPOLOGY_PREFERRED_ANNOTATION,
+    TOPOLOGY_REQUIRED_ANNOTATION,
+    SourceError,
+    source_topology,
+)
 from kubegang.api._requests import PodRequests, RequestError, pod_spec_requests
 
-RAY_QUEUE_LABEL = "kubegang.io/queue"
+RAY_QUEUE_LABEL = QUEUE_LABEL
 """The label that hands a RayCluster (or RayJob) to kubegang: the GPUQueue it waits in."""
-RAY_TOPOLOGY_REQUIRED_ANNOTATION = "kubegang.io/topology-required"
-"""A level name (``leaf``, ``nvlink``, ...): every pod of the gang inside one such domain."""
-RAY_TOPOLOGY_PREFERRED_ANNOTATION = "kubegang.io/topology-preferred"
-"""A level name tried first, narrower than or equal to the required one."""
-RAY_CLUSTER_LABEL = "ray.io/cluster"
+RAY_TOPOLOGY_REQUIRED_ANNOTATION = TOPOLOGY_REQUIRED_ANNOTATION
+RAY_TOPOLOGY_PREFERRED_ANNOTATION = TOPOLOGY_PREFERRED_ANNOTATION
 RAY_GROUP_LABEL = "ray.io/group"
 RAY_NODE_TYPE_LABEL = "ray.io/node-type"
 RAY_HEAD_GROUP = "headgroup"
@@ -42,7 +45,7 @@ RAY_HEAD_GROUP = "headgroup"
 _INT32_MAX = 2**31 - 1
 
 
-class RayGangError(ValueError):
+class RayGangError(SourceError):
     """A RayCluster kubegang cannot count; the message names the field and what is allowed."""
 
 
@@ -126,15 +129,10 @@ def _template_requests(group: Mapping[str, Any], where: str) -> PodRequests:
 
 
 def _topology(annotations: Mapping[str, Any]) -> Topology:
-    values = {field: annotations.get(key) for field, key in (
-        ("required", RAY_TOPOLOGY_REQUIRED_ANNOTATION), ("preferred", RAY_TOPOLOGY_PREFERRED_ANNOTATION))}
     try:
-        return Topology.model_validate({k: v for k, v in values.items() if v is not None})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = {"required": RAY_TOPOLOGY_REQUIRED_ANNOTATION, "preferred": RAY_TOPOLOGY_PREFERRED_ANNOTATION}.get(
-            str(first["loc"][0]) if first["loc"] else "", f"{RAY_TOPOLOGY_REQUIRED_ANNOTATION}/preferred")
-        raise RayGangError(f"metadata.annotations[{key}]: {first['msg']}") from None
+        return source_topology(annotations)
+    except SourceError as exc:
+        raise RayGangError(str(exc)) from None
 
 
 def ray_cluster_gang(obj: Mapping[str, Any]) -> RayGang:

@@ -103,7 +103,7 @@ def _rules(model: Any) -> dict[str, list[dict[str, str]]]:
 
 def test_cel_rules_sit_where_their_fields_are() -> None:
     job, queue = _rules(GPUJob), _rules(GPUQueue)
-    assert [r["fieldPath"] for r in job[".spec"]] == [".gpuFraction", ".gpuFraction", ".template"]
+    assert [r["fieldPath"] for r in job[".spec"]] == [".gpuFraction", ".gpuFraction", ".template", ".framework"]
     assert [r["fieldPath"] for r in job[".spec.topology"]] == [".preferred"]
     assert ".spec.template.spec.containers[*].resources.limits" in job
     assert [r["fieldPath"] for r in queue[""]] == [".spec.parent"]

@@ -36,6 +36,7 @@ from kubegang.api._podsource import (
     GROUP_SIZE_LABEL,
     POD_GROUP_LABEL,
     QUEUE_LABEL,
+    RAY_CLUSTER_LABEL,
     SOURCE_KIND_LABEL,
     SOURCE_NAME_LABEL,
     TOPOLOGY_PREFERRED_ANNOTATION,
@@ -51,7 +52,6 @@ from kubegang.api._podsource import (
 from kubegang.api._podtemplate import Container, PodSpec, PodTemplateSpec, ResourceRequirements
 from kubegang.api._quantity import parse_quantity, whole_count
 from kubegang.api._raycluster import (
-    RAY_CLUSTER_LABEL,
     RAY_GROUP_LABEL,
     RAY_HEAD_GROUP,
     RAY_NODE_TYPE_LABEL,

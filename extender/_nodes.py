@@ -64,6 +64,10 @@ def node_info(node: Mapping[str, Any], gpunode: GPUNodeStatus | None = None) -> 
             memory_mib=(seen.memory_mib or 0) if seen is not None else 0,
             healthy=seen.health.healthy if seen is not None else True,
             uuid=seen.uuid if seen is not None else None,
+            # The wiring the GPU choice inside the node uses; the agent reads no PCIe switch yet.
+            numa_node=seen.numa_node if seen is not None else None,
+            nvlink_peers=frozenset(p.index for p in seen.nvlink_peers
+                                   if p.index != index and p.index < count) if seen is not None else frozenset(),
         ))
     taints = []
     for t in spec.get("taints") or []:

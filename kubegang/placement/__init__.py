@@ -9,10 +9,12 @@ Public API::
     TaskShape, WorkloadMix                   the pod mix fragmentation is measured against (FGD)
     largest_placeable                        fragmentation metric per level
     fill_random                              random background load (benchmarks, tests)
+    choose_gpus, wiring_of, GpuWiring        which GPUs of a node a pod gets (NVLink, PCIe, NUMA)
 """
 
 from kubegang.placement._fit import node_reason, pods_fit
 from kubegang.placement._fragmentation import DEFAULT_MIX, TaskShape, WorkloadMix
+from kubegang.placement._gpus import GpuWiring, choose_gpus, wiring_of
 from kubegang.placement._metrics import largest_placeable
 from kubegang.placement._occupancy import fill_random
 from kubegang.placement._plan import explain_node, plan
@@ -30,6 +32,7 @@ __all__ = [
     "AllocationError",
     "Checkpoint",
     "GangRequest",
+    "GpuWiring",
     "Placement",
     "PlanResult",
     "PodAssignment",
@@ -38,6 +41,7 @@ __all__ = [
     "Toleration",
     "Unplaceable",
     "WorkloadMix",
+    "choose_gpus",
     "explain_node",
     "feasible_nodes",
     "fill_random",
@@ -47,4 +51,5 @@ __all__ = [
     "node_scores",
     "plan",
     "pods_fit",
+    "wiring_of",
 ]

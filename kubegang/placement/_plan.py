@@ -30,6 +30,7 @@ from kubegang.placement._fit import (
     whole_free_positions,
 )
 from kubegang.placement._fragmentation import Choice, TaskShape, logistic_value
+from kubegang.placement._gpus import choose_gpus
 from kubegang.placement._request import MILLI, GangRequest
 from kubegang.placement._result import Placement, PlanResult, PodAssignment, Unplaceable
 from kubegang.placement._snapshot import Snapshot
@@ -129,11 +130,15 @@ def _placement(snapshot: Snapshot, gang: GangRequest, fit: DomainFit) -> Placeme
     assignments: list[PodAssignment] = []
     g = gang.gpus_per_pod
     for n, count in choose_nodes(snapshot, gang, fit, gang.pods):
-        positions = whole_free_positions(snapshot, n, gang)[: count * g]
-        devices = [topo.nodes[n].gpus[p].index for p in positions]
-        for i in range(count):
-            pod_gpus = tuple(devices[i * g:(i + 1) * g])
-            assignments.append(PodAssignment(len(assignments), topo.nodes[n].name, pod_gpus))
+        gpus = topo.nodes[n].gpus
+        free = whole_free_positions(snapshot, n, gang)
+        for _ in range(count):
+            # Pod by pod: the first takes the closest set, the next the closest of what is left.
+            positions = choose_gpus(snapshot.gpu_wiring[n], free, g)
+            taken = set(positions)
+            free = [p for p in free if p not in taken]
+            assignments.append(PodAssignment(len(assignments), topo.nodes[n].name,
+                                             tuple(gpus[p].index for p in positions)))
     cap = snapshot.capacity.flavours[gang.flavour]
     room = cap.free[fit.domain] if fit.level is Level.NODE else cap.free_sum[fit.level][fit.domain]
     return Placement(
@@ -249,13 +254,21 @@ def _single_placement(snapshot: Snapshot, gang: GangRequest, n: int, choice: Cho
     kind = snapshot.workload.model.kind
     milli = snapshot.gpu_milli[n]
     keys = snapshot.gpu_keys[n]
+    wiring = snapshot.gpu_wiring[n]
     if gang.fractional:
-        positions = [next(p for p, m in enumerate(milli)
-                          if m == choice.gpu_milli and snapshot.gpu_healthy[n][p] and kind(keys[p]) == choice.kind)]
+        # Any GPU with the chosen room will do for FGD; among whole free ones, the wiring decides
+        # which (beside those taken, so groups stay whole for multi-GPU pods).
+        same = [p for p, m in enumerate(milli)
+                if m == choice.gpu_milli and snapshot.gpu_healthy[n][p] and kind(keys[p]) == choice.kind]
+        positions = list(choose_gpus(wiring, same, 1) if choice.gpu_milli == MILLI else same[:1])
         want = gang.gpu_fraction_milli
     else:
         free = whole_free_positions(snapshot, n, gang)
-        positions = sorted(free, key=lambda p: (kind(keys[p]) != choice.kind, p))[: gang.gpus_per_pod]
+        of_kind = [p for p in free if kind(keys[p]) == choice.kind]
+        if len(of_kind) >= gang.gpus_per_pod:
+            positions = list(choose_gpus(wiring, of_kind, gang.gpus_per_pod))
+        else:  # the chosen kind first, then others (mixed flavours on one node)
+            positions = sorted(free, key=lambda p: (kind(keys[p]) != choice.kind, p))[: gang.gpus_per_pod]
         want = MILLI
     return Placement(
         gang_id=gang.id,

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kubegang.placement._fragmentation import FragmentationIndex, WorkloadMix
+from kubegang.placement._gpus import GpuWiring, wiring_of
 from kubegang.placement._request import MILLI
 from kubegang.topology import CapacityIndex, TopologyIndex, gpu_keys
 
@@ -77,7 +78,10 @@ class Snapshot:
         """Per node, per GPU position: thousandths free (0 for unhealthy GPUs)."""
         self.gpu_healthy: list[list[bool]] = []
         self.gpu_keys: list[list[tuple[str, ...]]] = []
+        self.gpu_wiring: list[GpuWiring | None] = []
+        """Per node: how its GPUs are wired to each other (None: unknown), for the choice of GPUs."""
         for node in topology.nodes:
+            self.gpu_wiring.append(wiring_of(node.gpus))
             self.gpu_position.append({g.index: p for p, g in enumerate(node.gpus)})
             self.gpu_milli.append([MILLI if g.healthy else 0 for g in node.gpus])
             self.gpu_healthy.append([g.healthy for g in node.gpus])

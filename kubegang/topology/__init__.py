@@ -8,6 +8,7 @@ Public API::
     compile_index -> TopologyIndex      integer arrays for the hot path
     CapacityIndex                       free GPUs per flavour/level/domain, updated in O(levels)
     uniform_fabric                      regular fabrics for tests, benchmarks and the simulator
+    GpuLayout, LAYOUTS, DUMP_LAYOUTS    how a board's GPUs are wired (NUMA, PCIe switch, NVLink)
 """
 
 from kubegang.topology._capacity import (
@@ -28,18 +29,22 @@ from kubegang.topology._graph import (
 )
 from kubegang.topology._index import FABRIC_LEVELS, TopologyIndex, compile_index, level_span
 from kubegang.topology._labels import PRESETS, TopologyLabels
+from kubegang.topology._layouts import DUMP_LAYOUTS, LAYOUTS, GpuLayout, layout
 from kubegang.topology._model import GPUInfo, NodeInfo, Taint
 from kubegang.topology._synthetic import uniform_fabric
 
 __all__ = [
     "ANY_FLAVOUR",
     "CLUSTER_ID",
+    "DUMP_LAYOUTS",
     "FABRIC_LEVELS",
+    "LAYOUTS",
     "PRESETS",
     "UNLABELLED_PREFIX",
     "CapacityIndex",
     "FlavourCapacity",
     "GPUInfo",
+    "GpuLayout",
     "NodeInfo",
     "Taint",
     "TopologyError",
@@ -51,6 +56,7 @@ __all__ = [
     "domain_chain",
     "flavour_key",
     "gpu_keys",
+    "layout",
     "level_span",
     "uniform_fabric",
     "validate_graph",

@@ -31,10 +31,21 @@ class GPUInfo:
     """MIG profile (``1g.10gb``) when this device is a MIG instance: its flavour is the profile."""
     uuid: str | None = None
     """Optional globally unique id; used only to detect one GPU reported by two nodes."""
+    numa_node: int | None = None
+    """NUMA node of the CPUs and memory nearest the GPU (the agent's ``numaNode``); None: unknown."""
+    pcie_switch: str | None = None
+    """The PCIe switch the GPU hangs off, any id unique within the node (GPUs under one switch talk
+    peer to peer without the host bridge); None: unknown, or no switch shared with another GPU."""
+    nvlink_peers: frozenset[int] = frozenset()
+    """Device indices of this node's GPUs reachable over NVLink, directly or through NVSwitches."""
 
     def __post_init__(self) -> None:
         if self.index < 0:
             raise ValueError(f"GPUInfo.index must be >= 0, got {self.index}")
+        if self.numa_node is not None and self.numa_node < 0:
+            raise ValueError(f"GPUInfo.numa_node of GPU {self.index} must be >= 0 or None, got {self.numa_node}")
+        if self.index in self.nvlink_peers:
+            raise ValueError(f"GPUInfo.nvlink_peers of GPU {self.index} must not list the GPU itself")
 
     @property
     def flavour(self) -> str:

@@ -23,6 +23,7 @@ from prometheus_client.samples import Sample
 
 from bench.e2e import _kube as kube
 from bench.e2e import _procstats as procstats
+from bench.e2e._profile import Profiler
 from bench.e2e._record import FINISHED, Recorder, rate
 from bench.e2e._workload import (
     GPU,
@@ -62,6 +63,8 @@ class HalfSettings:
     """Give up waiting for everything to run after this long (the result says it is incomplete)."""
     stall_s: float = 90.0
     """Give up earlier when nothing was bound or started for this long after the last apply ended."""
+    profile_dir: Path | None = None
+    """Where py-spy's collapsed stacks of kubegang's processes go (None: no profile)."""
 
 
 # -- capacity and audit ---------------------------------------------------------------------------
@@ -175,18 +178,33 @@ def apiserver_requests(target: Target) -> dict[str, float]:
         sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
         return f"{labels.get('verb', '')} {labels.get('resource', '')}{sub}"
 
-    return _summed(text, "apiserver_request", request)
+    def seconds(sample: Sample) -> str | None:
+        # Long-running requests (WATCH, CONNECT) sit in the histogram for their whole life: left out.
+        labels = sample.labels
+        if not sample.name.endswith("_sum") or labels.get("verb") in ("WATCH", "CONNECT"):
+            return None
+        sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+        return f"seconds {labels.get('verb', '')} {labels.get('resource', '')}{sub}"
+
+    return {**_summed(text, "apiserver_request", request),
+            **_summed(text, "apiserver_request_duration_seconds", seconds)}
 
 
 def apiserver_window(before: dict[str, float], after: dict[str, float], jobs: int, pods: int) -> dict[str, Any]:
     """Writes served during the burst, by verb and resource, and per job and per pod: what the API
-    server was asked to do for the burst (every client's, the control plane's own included)."""
-    delta = {k: int(v - before.get(k, 0.0)) for k, v in after.items()}
-    writes = {k: n for k, n in sorted(delta.items(), key=lambda kv: -kv[1]) if n > 0 and k.split()[0] in WRITE_VERBS}
+    server was asked to do for the burst (every client's, the control plane's own included); and the
+    seconds its requests took by verb and resource (apiserver_request_duration_seconds: wall time in
+    the server, a request waiting for etcd or a CPU included), the closest it says to where its CPU went."""
+    delta = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    counts = {k: int(n) for k, n in delta.items() if not k.startswith("seconds ")}
+    writes = {k: n for k, n in sorted(counts.items(), key=lambda kv: -kv[1]) if n > 0 and k.split()[0] in WRITE_VERBS}
+    busy = {k.removeprefix("seconds "): round(s, 2) for k, s in sorted(delta.items(), key=lambda kv: -kv[1])
+            if k.startswith("seconds ") and s > 0.005}
     total = sum(writes.values())
     return {"writes": writes, "writes_total": total,
             "writes_per_job": round(total / jobs, 2) if jobs else None,
-            "writes_per_pod": round(total / pods, 2) if pods else None}
+            "writes_per_pod": round(total / pods, 2) if pods else None,
+            "request_seconds": busy, "request_seconds_total": round(sum(busy.values()), 2)}
 
 
 # -- one half -------------------------------------------------------------------------------------
@@ -306,6 +324,13 @@ def apply_queues(target: Target, leaves: Sequence[str], capacity: int, flavor: s
         return False
 
 
+def leader_identity(target: Target) -> str | None:
+    """Who holds the operator's Lease (``local-operator-<i>`` runs as process kubegang-operator-<i>)."""
+    with target.api.client() as c:
+        resp = c.get("/apis/coordination.k8s.io/v1/namespaces/kubegang-system/leases/kubegang-operator")
+    return resp.json().get("spec", {}).get("holderIdentity") if resp.status_code == 200 else None
+
+
 def delete_queues(target: Target, leaves: Sequence[str]) -> None:
     kube.kubectl(target.kubectl, target.kubeconfig, "delete", "gpuqueue", *leaves, "bench-root",
                  "--ignore-not-found", "--wait=false")
@@ -329,12 +354,16 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     pod_watch = kube.Watch(target.api, PODS.format(ns=namespace), rec.on_pod)
     job_watch.start()
     pod_watch.start()
+    profiler = Profiler(target.cluster_dir, settings.profile_dir) if settings.profile_dir else None
+    if profiler:
+        profiler.start()
     rec.t0 = time.monotonic()
     apply_s = kube.apply_parallel(target.kubectl, target.kubeconfig, deal(docs, settings.appliers))
     finished = _await(lambda: rec.started_jobs() >= len(docs) and rec.running_pods() >= n_pods,
                       lambda: rec.started_jobs() + rec.running_pods(), settings)
     wall = time.monotonic() - rec.t0
     after = procstats.sample_cluster(target.cluster_dir)
+    profiles = profiler.stop() if profiler else {}
     verbs_after = extender_verbs(target.cluster_dir)
     requests = apiserver_window(requests_before, apiserver_requests(target), len(docs), n_pods)
     job_watch.stop()
@@ -365,4 +394,6 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
         "extender": extender_window(verbs_before, verbs_after, n_pods), "apiserver": requests,
         "audit": audit(target, namespace),
         "watch_errors": (job_watch.errors + pod_watch.errors)[:10],
+        "leader": leader_identity(target),
+        **({"profiles": profiles, "profile_errors": profiler.errors} if profiler else {}),
     }

@@ -91,6 +91,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cluster-dir", type=Path, default=Path("/tmp/kubegang-bench-cluster"))
     p.add_argument("--keep", action="store_true", help="leave the control plane running afterwards")
     p.add_argument("--only", choices=["plain", "kubegang"], default=None, help="run one half only")
+    p.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                   help="py-spy profiles of kubegang's processes during the kubegang half, into DIR")
     p.add_argument("--note", default="", help="a sentence for the report (e.g. why the run was scaled down)")
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--doc", type=Path, default=DOC)
@@ -121,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         out["workload"] = {**describe(jobs), "pod_weights": {str(k): v for k, v in POD_WEIGHTS.items()}}
         print(f"[bench] {out['workload']['jobs']} jobs, {out['workload']['pods']} pods, "
               f"{out['workload']['gpus']} of {capacity} GPUs on {len(nodes)} nodes", file=sys.stderr)
-        settings = harness.HalfSettings(appliers=args.appliers, timeout_s=args.timeout, stall_s=args.stall)
+        settings = harness.HalfSettings(appliers=args.appliers, timeout_s=args.timeout, stall_s=args.stall,
+                                        profile_dir=args.profile)
         stamp = time.strftime("%H%M%S")
         # The API server deletes a collection one object at a time (--delete-collection-workers=1):
         # 5,000 pods on a busy 2-core machine outlast a fixed 300 s.

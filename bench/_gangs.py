@@ -18,6 +18,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 from bench.sim import POLICIES, KubegangPolicy, Policy, RunMetrics, benchmark_spec, for_cluster, load_cluster, simulate
+from bench.sim._locality import LocalityObserver
 from bench.sim._metrics import LARGE_DECILE, STARVED_AFTER_S
 from bench.sim._stats import Interval, interval, paired
 from bench.sim._workload import PHILLY_JOBS_FACTOR
@@ -48,9 +49,11 @@ def run(seeds: list[int], jobs: int, log: list[str], *, priority: bool = False) 
                     variants.append((PRIORITY_VARIANT, KubegangPolicy, prio))
                 for name, factory, jobs_list in variants:
                     t0 = time.perf_counter()
-                    result = simulate(factory(), cluster, jobs_list, seed=seed)
+                    observed = LocalityObserver(factory())
+                    result = simulate(observed, cluster, jobs_list, seed=seed)
                     runs.append({"shape": shape, "workload": sizes, "policy": name, "seed": seed,
                                  "metrics": result.metrics, "wall_s": time.perf_counter() - t0,
+                                 "locality": observed.recorder.figures(),
                                  "jobs": len(jobs_list), "mean_gpus": statistics.fmean(j.gpus for j in jobs_list),
                                  "median_run_s": statistics.median(j.duration for j in jobs_list),
                                  "mean_run_s": statistics.fmean(j.duration for j in jobs_list)})

@@ -39,6 +39,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from bench import _gangs as gangs
+from bench import _locality as locality
 from bench.sim import _openb as openb
 from bench.sim import load_cluster
 
@@ -75,7 +76,8 @@ def run_openb(seeds: list[int], workloads: tuple[str, ...], log: list[str], node
             curves = openb.replay(cluster, workload, policy, seeds, tasks)
             wall = time.perf_counter() - start
             runs[policy] = {"curves": [c.allocation for c in curves], "mean": _mean([c.allocation for c in curves]),
-                            "failed": statistics.fmean(c.failed for c in curves), "wall_s": wall}
+                            "failed": statistics.fmean(c.failed for c in curves), "wall_s": wall,
+                            "locality": [c.locality.figures() if c.locality else None for c in curves]}
             log.append(f"openb {workload} {policy}: {len(seeds)} seeds in {wall:.1f}s")
             print(log[-1], flush=True)
         out["workloads"][workload] = {"tasks": len(tasks), "runs": runs, "paper": openb.paper_curves(workload)}
@@ -189,7 +191,9 @@ def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argpars
                   + (f" (arrived {below[0]}..{below[-1]}%; largest gap {gap:.2f} points)" if below else "") + ".",
                   "- Tasks dropped (mean over seeds): " + ", ".join(
                       f"{p} {run['failed']:.0f}" for p, run in wl["runs"].items()) + ".", ""]
+    lines += locality.openb_lines(openb_data)
     lines += gangs.render(rows, args.gang_seed_list, args.jobs)
+    lines += locality.gang_lines(rows)
     lines += ["## 3. End to end on the local control plane", "",
               "<!-- e2e: this section is included from docs/benchmarks-e2e.md when that file exists -->", ""]
     if E2E.exists():

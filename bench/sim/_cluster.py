@@ -13,8 +13,8 @@ from pathlib import Path
 
 from kubegang.api import parse_quantity
 from kubegang.placement import Snapshot
-from kubegang.shapes import ClusterShape, load_shape
-from kubegang.topology import GPUInfo, NodeInfo, TopologyIndex, compile_index
+from kubegang.shapes import ClusterShape, NodeGroup, load_shape
+from kubegang.topology import DUMP_LAYOUTS, GPUInfo, GpuLayout, NodeInfo, TopologyIndex, compile_index, layout
 
 SHAPES_DIR = Path(__file__).resolve().parents[2] / "hack" / "shapes"
 """Where the named shapes live (``superpod-h100``, ``gb200-nvl72``, ``openb``...)."""
@@ -38,18 +38,34 @@ class Cluster:
         return Snapshot(self.topology)
 
 
+def board_layout(group: NodeGroup) -> GpuLayout | None:
+    """How a shape's node group is wired inside: the layout of the NVML dump its nodes replay, or
+    for the openb trace (which names GPU models, not boards) an assumption by model and count: V100
+    8- and 4-GPU servers are SXM2 NVLink boards (Alibaba's V100 instances are), every other model a
+    PCIe server (the trace's G2 and G3 are undisclosed; T4 and P100 are PCIe cards)."""
+    if group.nvml is not None:
+        return layout(DUMP_LAYOUTS[group.nvml]) if group.nvml in DUMP_LAYOUTS else None
+    sxm2 = (group.product or "").startswith("V100")
+    names = {8: "sxm2-8gpu-cube-mesh" if sxm2 else "pcie-8gpu", 4: "sxm2-4gpu" if sxm2 else "pcie-4gpu",
+             2: "pcie-2gpu"}
+    return layout(names[group.gpus]) if group.gpus in names else None
+
+
 def shape_nodes(shape: ClusterShape, limit: int | None = None) -> list[NodeInfo]:
-    """The ``NodeInfo`` of every node of ``shape`` (the first ``limit`` ones when given)."""
+    """The ``NodeInfo`` of every node of ``shape`` (the first ``limit`` ones when given), its GPUs
+    wired as ``board_layout`` says."""
     nodes: list[NodeInfo] = []
     for name, group in shape.nodes():
         if limit is not None and len(nodes) >= limit:
             break
         product = group.product or ""
         fabric = group.fabric
+        gpus = tuple(GPUInfo(index=i, product=product) for i in range(group.gpus))
+        wiring = board_layout(group)
         nodes.append(NodeInfo(
             name=name,
             labels=dict(group.labels),
-            gpus=tuple(GPUInfo(index=i, product=product) for i in range(group.gpus)),
+            gpus=wiring.dress(gpus) if wiring is not None else gpus,
             nvlink_domain=f"{fabric.cluster_uuid}/{fabric.clique_id}" if fabric else None,
             cpu_milli=int(parse_quantity(group.cpu) * 1000),
             memory_mib=int(parse_quantity(group.memory) / _MIB),

@@ -46,6 +46,7 @@ from kubegang.placement import MILLI, Allocation, GangRequest, Placement, Snapsh
 from kubegang.topology import ANY_FLAVOUR, flavour_key
 
 from ._cluster import Cluster
+from ._locality import LocalityRecorder
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "openb"
 """The trace files, the paper's published curves, and the upstream README."""
@@ -274,6 +275,8 @@ class Curve:
     allocation: list[float]
     placed: int
     failed: int
+    locality: LocalityRecorder | None = None
+    """GPUs of multi-GPU tasks inside their nodes, production and topology-blind (``_locality``)."""
 
 
 class _Replay:
@@ -286,6 +289,8 @@ class _Replay:
         if workload is not None:
             self.snapshot.workload = workload
         self.place, self.refresh = OPENB_POLICIES[policy](self.snapshot, rng)
+        # A replay from a copied prefix has no shadow of that prefix: it is not judged.
+        self.locality = LocalityRecorder(self.snapshot.topology) if snapshot is None else None
         if snapshot is not None:
             for n in range(self.snapshot.topology.node_count):
                 self.refresh(n)
@@ -306,6 +311,8 @@ class _Replay:
                 self.failed += 1
             else:
                 self.snapshot.allocate(allocation)
+                if self.locality is not None:
+                    self.locality.placed(self.snapshot, (allocation,))
                 self.refresh(number[allocation.node])
                 self.allocated += task.gpu_request
                 self.placed += 1
@@ -315,7 +322,7 @@ class _Replay:
 
     def curve(self) -> Curve:
         points = self.points + [self.points[-1] if self.points else 0.0] * (ARRIVED_POINTS - len(self.points))
-        return Curve(points, self.placed, self.failed)
+        return Curve(points, self.placed, self.failed, self.locality)
 
 
 def replay(cluster: Cluster, workload: str, policy: str, seeds: Sequence[int],

@@ -1,5 +1,8 @@
 """Turns a run's raw results into the comparison against the goals, a table and docs/benchmarks-e2e.md.
 
+Three halves when all ran: kubegang (GPUJobs), the real Kueue (batch Jobs, bench/e2e/_kueue.py) and
+plain kube-scheduler (pods); the gang figures of each come from bench/e2e/_gangs.py.
+
 Goals (issue 8): at least 50 GPUJob starts per second end to end; the extender costs at most 25% of
 plain kube-scheduler pod throughput, i.e. kubegang's pods bound per second are at least 0.75 x the
 baseline's. Each is reported as met, missed, or not measured; never assumed.
@@ -11,8 +14,15 @@ from typing import Any
 
 JOB_STARTS_GOAL = 50.0
 THROUGHPUT_RATIO_GOAL = 0.75
-COMPONENTS = ("kubegang-operator-0", "kubegang-operator-1", "kubegang-extender", "kubegang-agent",
+COMPONENTS = ("kubegang-operator-0", "kubegang-operator-1", "kubegang-extender", "kubegang-agent", "kueue",
               "kube-scheduler", "kube-apiserver", "etcd", "kwok", "kube-controller-manager")
+HALVES = (("kubegang", "kubegang (GPUJobs)"), ("kueue", "Kueue (batch Jobs)"), ("plain", "plain kube-scheduler (pods)"))
+HIGHER_IS_BETTER = frozenset({"jobs admitted / s", "jobs started / s", "pods bound / s (all)",
+                              "pods bound / s (steady, p10–p90)", "gangs in one leaf", "gangs in one NVLink domain",
+                              "GPU allocation while jobs wait"})
+LOWER_IS_BETTER = frozenset({"time until all Running (s)", "partial gangs", "GPUs held by gangs not yet whole",
+                             "CPU seconds, all processes"})
+"""The head-to-head figures (kubegang against Kueue) and which way is better."""
 
 
 def _get(d: dict[str, Any], *path: str) -> Any:
@@ -79,6 +89,64 @@ def _fmt(v: Any, unit: str = "") -> str:
     return f"{v}{unit}"
 
 
+def _summed_processes(half: dict[str, Any], field: str) -> float | None:
+    """``field`` summed over the half's processes (their supervisors left out: they only wait)."""
+    procs = half.get("processes") or {}
+    return round(sum(p[field] for n, p in procs.items() if not n.endswith(".supervisor")), 1) if procs else None
+
+
+def comparison_rows(out: dict[str, Any]) -> list[tuple[str, list[Any]]]:
+    """The three-way table's rows: a figure and its value in each half of ``HALVES`` (None: not measured)."""
+    halves = [out.get(h) or {} for h, _ in HALVES]
+
+    def each(*path: str) -> list[Any]:
+        return [_get(h, *path) for h in halves]
+
+    def bound(h: dict[str, Any]) -> str | None:
+        return f"{_get(h, 'pods_bound', 'count')}/{_get(h, 'pods_bound', 'expected')}" if h else None
+
+    return [
+        ("jobs admitted / s", [_get(halves[0], "jobs_admitted", "overall_per_s"),
+                               _get(halves[1], "jobs_admitted", "overall_per_s"), None]),
+        ("jobs started / s", [_get(halves[0], "jobs_started", "overall_per_s"),
+                              _get(halves[1], "jobs_started", "overall_per_s"), None]),
+        ("pods created / s", each("pods_created", "overall_per_s")),
+        ("pods bound / s (all)", each("pods_bound", "overall_per_s")),
+        ("pods bound / s (steady, p10–p90)", each("pods_bound", "steady_per_s")),
+        ("pods bound / s (busiest 5 s)", each("pods_bound", "peak_5s_per_s")),
+        ("time until all Running (s)", each("time_until_all_running_s")),
+        ("kubectl apply, slowest of the appliers (s)", [max(h.get("apply_s") or [0]) or None for h in halves]),
+        ("gangs in one leaf", each("gangs", "share_in_one_leaf")),
+        ("gangs in one NVLink domain", each("gangs", "share_in_one_nvlink_domain")),
+        ("partial gangs", each("gangs", "partial_gangs")),
+        ("longest partial gang (s)", each("gangs", "longest_partial_s")),
+        ("GPU allocation while jobs wait", each("gangs", "gpu_allocation_while_waiting")),
+        ("GPUs held by gangs not yet whole", each("gangs", "gpus_held_by_incomplete_gangs")),
+        ("CPU seconds, all processes", [_summed_processes(h, "cpu_seconds") for h in halves]),
+        ("peak RSS, all processes (MiB)", [_summed_processes(h, "peak_rss_mib") for h in halves]),
+        ("pods bound / expected", [bound(h) for h in halves]),
+        ("over-committed nodes (audit)", [len(_get(h, "audit", "overcommitted_nodes") or {}) if h else None
+                                          for h in halves]),
+    ]
+
+
+def kueue_ahead(out: dict[str, Any]) -> list[str]:
+    """The head-to-head figures on which Kueue did better than kubegang in this run."""
+    ahead = []
+    for name, (kg, kq, _) in comparison_rows(out):
+        if not isinstance(kg, int | float) or not isinstance(kq, int | float):
+            continue
+        if (name in HIGHER_IS_BETTER and kq > kg) or (name in LOWER_IS_BETTER and kq < kg):
+            ahead.append(f"{name}: Kueue {_fmt(kq)}, kubegang {_fmt(kg)}")
+    return ahead
+
+
+def three_way_table(out: dict[str, Any]) -> str:
+    lines = ["| | " + " | ".join(label for _, label in HALVES) + " |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | " + " | ".join(_fmt(v) for v in values) + " |" for name, values in comparison_rows(out)]
+    return "\n".join(lines)
+
+
 def table(out: dict[str, Any]) -> str:
     kg, plain = out.get("kubegang") or {}, out.get("plain") or {}
     rows = [
@@ -106,30 +174,29 @@ def table(out: dict[str, Any]) -> str:
 
 
 def _process_table(out: dict[str, Any]) -> str:
-    lines = ["| process | kubegang half: CPU s | peak RSS MiB | baseline half: CPU s | peak RSS MiB |",
-             "|---|---:|---:|---:|---:|"]
-    kg = _get(out, "kubegang", "processes") or {}
-    plain = _get(out, "plain", "processes") or {}
+    names = [h for h, _ in HALVES]
+    lines = ["| process | " + " | ".join(f"{h} half: CPU s | peak RSS MiB" for h in names) + " |",
+             "|---|" + "---:|---:|" * len(names)]
+    procs = [_get(out, h, "processes") or {} for h in names]
     for name in COMPONENTS:
-        a, b = kg.get(name), plain.get(name)
-        if a is None and b is None:
+        values = [p.get(name) for p in procs]
+        if all(v is None for v in values):
             continue
-        lines.append(f"| {name} | {_fmt(a and a['cpu_seconds'])} | {_fmt(a and a['peak_rss_mib'])} | "
-                     f"{_fmt(b and b['cpu_seconds'])} | {_fmt(b and b['peak_rss_mib'])} |")
+        lines.append(f"| {name} | " + " | ".join(f"{_fmt(v and v['cpu_seconds'])} | {_fmt(v and v['peak_rss_mib'])}"
+                                                 for v in values) + " |")
     return "\n".join(lines)
 
 
 def _write_table(out: dict[str, Any], top: int = 12) -> str:
     """The API server's writes in each half, busiest first (from apiserver_request_total)."""
-    kg = _get(out, "kubegang", "apiserver") or {}
-    plain = _get(out, "plain", "apiserver") or {}
-    a, b = kg.get("writes") or {}, plain.get("writes") or {}
-    keys = sorted(set(a) | set(b), key=lambda k: -(a.get(k, 0) + b.get(k, 0)))[:top]
-    lines = ["| request | kubegang half | baseline half |", "|---|---:|---:|"]
-    lines += [f"| {k} | {_fmt(a.get(k))} | {_fmt(b.get(k))} |" for k in keys]
-    lines += [f"| all writes | {_fmt(kg.get('writes_total'))} | {_fmt(plain.get('writes_total'))} |",
-              f"| writes per job | {_fmt(kg.get('writes_per_job'))} | {_fmt(plain.get('writes_per_job'))} |",
-              f"| writes per pod | {_fmt(kg.get('writes_per_pod'))} | {_fmt(plain.get('writes_per_pod'))} |"]
+    halves = [_get(out, h, "apiserver") or {} for h, _ in HALVES]
+    writes = [h.get("writes") or {} for h in halves]
+    keys = sorted(set().union(*writes), key=lambda k: -sum(w.get(k, 0) for w in writes))[:top]
+    lines = ["| request | " + " | ".join(f"{h} half" for h, _ in HALVES) + " |", "|---|---:|---:|---:|"]
+    lines += [f"| {k} | " + " | ".join(_fmt(w.get(k)) for w in writes) + " |" for k in keys]
+    for label, key in (("all writes", "writes_total"), ("writes per job", "writes_per_job"),
+                       ("writes per pod", "writes_per_pod")):
+        lines.append(f"| {label} | " + " | ".join(_fmt(h.get(key)) for h in halves) + " |")
     return "\n".join(lines)
 
 
@@ -138,28 +205,38 @@ def markdown(out: dict[str, Any]) -> str:
     m, v, w = out.get("machine", {}), out.get("versions", {}), out.get("workload", {})
     kg = out.get("kubegang") or {}
     errors = out.get("errors") or []
-    problems = [*errors, *(f"kubegang job not started: {x}" for x in kg.get("jobs_not_started", [])[:5])]
+    kq = out.get("kueue") or {}
+    problems = [*errors, *(f"kubegang job not started: {x}" for x in kg.get("jobs_not_started", [])[:5]),
+                *(f"Kueue job not admitted: {x}" for x in kq.get("jobs_not_admitted", [])[:5])]
+    contended = bool(out.get("contended"))
+    fits = (f"{out.get('fill')} x the cluster's GPUs at most, and every pod runs {out.get('runtime_s')} s, so "
+            "jobs wait for others to finish: the contended variant" if contended
+            else f"at most {out.get('fill')} of the cluster, so everything fits at once")
     parts = [
         "# End-to-end throughput on the local control plane",
         "",
-        "Generated by `bench/e2e/run.py`; the raw figures are in `bench/e2e/results.json`.",
+        f"Generated by `bench/e2e/run.py`; the raw figures are in `bench/e2e/"
+        f"{'results-contended.json' if contended else 'results.json'}`."
+        + (" The uncontended run is in [benchmarks-e2e.md](benchmarks-e2e.md)." if contended else
+           " The contended variant (a burst of 1.5x the cluster, jobs that finish) is in "
+           "[benchmarks-e2e-contended.md](benchmarks-e2e-contended.md)."),
         "",
         f"**Command:** `{out.get('command')}` (started {out.get('started')})",
         "",
         f"**Machine:** {m.get('cpus')} CPUs ({m.get('cpu_model')}), {m.get('memory_gib')} GiB memory, "
         f"Linux {m.get('kernel')}, Python {m.get('python')}; load average at start "
         f"{m.get('load_average_at_start')}. Every process (etcd, kube-apiserver, kube-scheduler, "
-        "kube-controller-manager, kwok, the extender, the operators, the agent, kubectl and this "
+        "kube-controller-manager, kwok, the extender, the operators, the agent, Kueue, kubectl and this "
         "harness) shares these CPUs.",
         "",
         f"**Versions:** Kubernetes {v.get('KUBERNETES_VERSION')}, etcd {v.get('ETCD_VERSION')}, "
-        f"kwok {v.get('KWOK_VERSION')} (`hack/versions.env`).",
+        f"kwok {v.get('KWOK_VERSION')}, Kueue {v.get('KUEUE_VERSION')} (`hack/versions.env`).",
         "",
         f"**Cluster:** shape `{out.get('shape')}`, {_get(out, 'cluster', 'gpu_nodes')} fake nodes, "
         f"{_get(out, 'cluster', 'gpus')} GPUs (kwok).",
         "",
         f"**Workload (seed {out.get('seed')}):** {w.get('jobs')} jobs, {w.get('pods')} pods, {w.get('gpus')} GPUs "
-        f"(at most {out.get('fill')} of the cluster, so everything fits at once); jobs by pod count "
+        f"({fits}); jobs by pod count "
         f"{w.get('jobs_by_pods')}, by GPUs per pod {w.get('jobs_by_gpus_per_pod')}. The generator and "
         "why it is shaped so are in `bench/e2e/_workload.py`. Jobs are dealt round-robin over "
         f"{out.get('leaves')} leaf GPUQueues of one root; {out.get('operators')} operator replicas "
@@ -167,28 +244,51 @@ def markdown(out: dict[str, Any]) -> str:
         "",
         *([f"**Note:** {out['note']}", ""] if out.get("note") else []),
         *([f"**Scaled down:** issue 8 asks for 2,000 jobs; this run has {w.get('jobs')}.", ""]
-          if w.get("jobs") not in (None, 2000) else []),
+          if w.get("jobs") not in (None, 2000) and not contended else []),
         "## Method",
         "",
         f"1. Baseline: every pod of every job as a plain pod (`schedulerName: default-scheduler`, no "
         "extender: kube-scheduler runs its default profile alone), largest GPU request first (the order "
         "in which a spreading scheduler cannot fragment a burst that fits), applied with "
         f"{out.get('appliers')} parallel `kubectl apply --server-side -f` of multi-document files.",
-        "2. `hack/cluster kubegang up`: CRDs, the extender (kube-scheduler restarted with the `kubegang` "
+        "2. Kueue: `hack/cluster addon kueue up` (the real Kueue "
+        f"{v.get('KUEUE_VERSION')}, kube-scheduler in its default profile, no extender); every job as a "
+        "`batch/v1` Job with `parallelism = completions =` its pods and `kueue.x-k8s.io/queue-name`, "
+        "which Kueue admits whole as one Workload (why Jobs and not pod groups: `bench/e2e/_kueue.py`); "
+        "one ClusterQueue per leaf GPUQueue with the same nominal GPUs, all in one cohort (the GPUQueue "
+        "root), a LocalQueue each; Topology Aware Scheduling on a ResourceFlavor of the GPU nodes with the "
+        f"levels {kq.get('topology_levels') or '(the fabric labels, then the hostname)'}; the pod "
+        f"templates carry {kq.get('topology_annotations') or 'the annotation that mirrors the GPUJob topology'} "
+        "(a GPUJob without a topology gets the narrowest domain that holds it, widening level by level: "
+        f"Kueue's preferred topology at the hostname). {kq.get('jobs_with_topology_assignment', '–')} of "
+        f"{w.get('jobs')} Workloads were admitted with a TAS topology assignment. Kueue's client rate limit "
+        "is set to the kubegang operator's (200/s, burst 400). Kueue is stopped after its half.",
+        "3. `hack/cluster kubegang up`: CRDs, the extender (kube-scheduler restarted with the `kubegang` "
         "profile and the extender), a replay agent and the operators as local processes; the GPUQueue "
         "tree; then every GPUJob in the same way (jobs in generation order).",
-        "3. Both halves are observed with list+watch streams on the API server (pods and GPUJobs of the "
-        "half's namespace); each transition is stamped when its watch event is read. t = 0 is the "
-        "launch of the appliers. A pod is *bound* when `spec.nodeName` is set, a job *started* when "
-        "its `status.phase` is Running.",
-        "4. CPU seconds (utime + stime) and peak memory (VmHWM) of each process come from /proc, by the "
+        "4. Every half is observed with list+watch streams on the API server (pods, and GPUJobs or Jobs "
+        "and Workloads, of the half's namespace); each transition is stamped when its watch event is "
+        "read. t = 0 is the launch of the appliers. A pod is *bound* when `spec.nodeName` is set; a "
+        "GPUJob is *admitted* and *started* when its `status.phase` is Admitted / Running, a Kueue Job "
+        "*admitted* when its Workload's `Admitted` condition is True and *started* when the Job's "
+        "`status.ready + succeeded` reaches its parallelism. Gang figures (bench/e2e/_gangs.py, one rule "
+        "for all halves, pods grouped by the job label every half puts on them): a gang is *in one "
+        "leaf / NVLink domain* when all its bound nodes share it (node labels, read by the placement "
+        "core's `domain_chain`; on these shapes a node without an NVLink label is its own NVLink "
+        "domain); *partial* when some but not all of its pods were bound for longer than 5 s or at the "
+        "end; *GPU allocation while jobs wait* is the time-weighted share of the cluster's GPUs held by "
+        "bound, unfinished pods from the first bind until the last job was whole, and *GPUs held by gangs "
+        "not yet whole* the part of it held by pods whose gang could not run yet.",
+        "5. CPU seconds (utime + stime) and peak memory (VmHWM) of each process come from /proc, by the "
         "pids hack/cluster records; CPU is counted over the measured window only.",
-        "5. After each half the audit sums the GPU requests of bound, unfinished pods per node against "
+        "6. After each half the audit sums the GPU requests of bound, unfinished pods per node against "
         "allocatable (no node may be over-committed) and checks kubegang's pods run on their planned node.",
         "",
         "## Results",
         "",
-        table(out),
+        three_way_table(out),
+        "",
+        "Where Kueue is ahead of kubegang in this run: " + ("; ".join(kueue_ahead(out)) or "nowhere") + ".",
         "",
         "CPU and memory over each measured window:",
         "",

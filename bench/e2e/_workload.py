@@ -16,6 +16,10 @@ median job of 1 GPU) and gangs are mostly 1-GPU workers:
 - a GPU budget: a draw that would take the burst over ``fill`` of the cluster's GPUs is drawn again
   (up to 20 times, then the job becomes a 1-pod 1-GPU job), so the burst always fits.
 
+The contended variant (``python -m bench.e2e.run --contended``) draws the same distribution with
+``fill`` above 1 (the burst asks for more GPUs than the cluster has) and gives every job a fake run
+time, so jobs must wait for others to finish: that is where queueing and gang admission differ.
+
 Sizes are powers of two, which lets even a spreading scheduler fit the whole burst when pods arrive
 largest first (the free GPUs of every node stay a multiple of the current size); the plain-pod
 baseline is applied in that order, see ``baseline_order``.
@@ -28,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kubegang.kubectl._runtime import FAKE_RUNTIME_ANNOTATION
+
 GPU = "nvidia.com/gpu"
 API_VERSION = "kubegang.io/v1alpha1"
 JOB_LABEL = "bench.kubegang.io/job"
@@ -39,6 +45,8 @@ SINGLE_GPU_WEIGHTS: dict[int, float] = {1: 0.70, 2: 0.15, 4: 0.10, 8: 0.05}
 GANG_GPU_WEIGHTS: dict[int, float] = {1: 0.80, 2: 0.20}
 """GPUs per pod of multi-pod jobs (each worker the same)."""
 REDRAWS = 20
+MAX_FILL = 2.0
+"""The most a burst may ask for, as a multiple of the cluster's GPUs (above 1: the contended variant)."""
 
 
 @dataclass(frozen=True)
@@ -49,23 +57,36 @@ class BenchJob:
     queue: str
     pods: int
     gpus_per_pod: int
+    runtime_s: int | None = None
+    """Seconds each pod runs before it succeeds (kwok's fake run time); None: runs until deleted."""
 
     @property
     def gpus(self) -> int:
         return self.pods * self.gpus_per_pod
 
 
+def mean_gpus_per_job() -> float:
+    """The distribution's expected GPUs per job (before the budget's redraws): sizes a contended burst."""
+    single = sum(g * w for g, w in SINGLE_GPU_WEIGHTS.items())
+    gang = sum(g * w for g, w in GANG_GPU_WEIGHTS.items())
+    return sum(w * p * (single if p == 1 else gang) for p, w in POD_WEIGHTS.items())
+
+
 def _draw(rng: random.Random, weights: dict[int, float]) -> int:
     return rng.choices(list(weights), weights=list(weights.values()))[0]
 
 
-def generate(n_jobs: int, seed: int, capacity_gpus: int, fill: float, leaves: Sequence[str]) -> list[BenchJob]:
-    """``n_jobs`` jobs from the documented distribution whose GPUs total at most ``fill`` x capacity.
+def generate(n_jobs: int, seed: int, capacity_gpus: int, fill: float, leaves: Sequence[str],
+             runtime_s: int | None = None) -> list[BenchJob]:
+    """``n_jobs`` jobs from the documented distribution whose GPUs total at most ``fill`` x capacity,
+    each running ``runtime_s`` seconds (None: until deleted).
 
     Raises ValueError when even one GPU per job would not fit the budget.
     """
-    if not 0 < fill <= 1:
-        raise ValueError(f"fill must be in (0, 1], got {fill}")
+    if not 0 < fill <= MAX_FILL:
+        raise ValueError(f"fill must be in (0, {MAX_FILL}] (above 1 only for a contended burst), got {fill}")
+    if runtime_s is not None and runtime_s < 1:
+        raise ValueError(f"runtime_s must be a whole number of seconds >= 1 or None, got {runtime_s}")
     if not leaves:
         raise ValueError("leaves: at least one leaf queue is needed")
     budget = int(capacity_gpus * fill)
@@ -84,7 +105,7 @@ def generate(n_jobs: int, seed: int, capacity_gpus: int, fill: float, leaves: Se
             if p * g <= room:
                 pods, per_pod = p, g
                 break
-        jobs.append(BenchJob(f"job-{i:05d}", leaves[i % len(leaves)], pods, per_pod))
+        jobs.append(BenchJob(f"job-{i:05d}", leaves[i % len(leaves)], pods, per_pod, runtime_s))
         used += pods * per_pod
     return jobs
 
@@ -93,9 +114,14 @@ def leaf_names(n: int) -> list[str]:
     return [f"bench-leaf-{i:02d}" for i in range(n)]
 
 
+def leaf_share(capacity_gpus: int, leaves: Sequence[str]) -> int:
+    """Each leaf queue's nominal GPUs: the cluster split evenly, rounded up (the same in every half)."""
+    return -(-capacity_gpus // len(leaves))
+
+
 def queue_tree(leaves: Sequence[str], capacity_gpus: int, flavor: str, namespace: str) -> list[dict[str, Any]]:
     """A root and ``leaves`` leaves sharing the whole cluster (Kueue-style cohort: leaves borrow freely)."""
-    share = -(-capacity_gpus // len(leaves))
+    share = leaf_share(capacity_gpus, leaves)
     docs: list[dict[str, Any]] = [{
         "apiVersion": API_VERSION, "kind": "GPUQueue", "metadata": {"name": "bench-root"},
         "spec": {"resources": [{"flavor": flavor, "nominal": 0}]},
@@ -109,9 +135,18 @@ def queue_tree(leaves: Sequence[str], capacity_gpus: int, flavor: str, namespace
     return docs
 
 
-def _container(gpus: int) -> dict[str, Any]:
+def container(gpus: int) -> dict[str, Any]:
     return {"name": "worker", "image": "registry.example.com/train:bench",
             "resources": {"limits": {GPU: str(gpus)}}}
+
+
+def pod_metadata(job: BenchJob) -> dict[str, Any]:
+    """Labels and annotations every pod of ``job`` carries, in every half: the job label the
+    observers group by, and the fake run time when the job has one."""
+    meta: dict[str, Any] = {"labels": {JOB_LABEL: job.name}}
+    if job.runtime_s is not None:
+        meta["annotations"] = {FAKE_RUNTIME_ANNOTATION: f"{job.runtime_s}s"}
+    return meta
 
 
 def gpujob_manifest(job: BenchJob, namespace: str) -> dict[str, Any]:
@@ -119,8 +154,8 @@ def gpujob_manifest(job: BenchJob, namespace: str) -> dict[str, Any]:
         "apiVersion": API_VERSION, "kind": "GPUJob",
         "metadata": {"name": job.name, "namespace": namespace},
         "spec": {"queue": job.queue, "replicas": job.pods,
-                 "template": {"metadata": {"labels": {JOB_LABEL: job.name}},
-                              "spec": {"containers": [_container(job.gpus_per_pod)]}}},
+                 "template": {"metadata": pod_metadata(job),
+                              "spec": {"containers": [container(job.gpus_per_pod)]}}},
     }
 
 
@@ -128,9 +163,9 @@ def plain_pod_manifests(job: BenchJob, namespace: str) -> list[dict[str, Any]]:
     """The same pods as the GPUJob's gang, for kube-scheduler's default profile (no gang, no extender)."""
     return [{
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"{job.name}-{i}", "namespace": namespace, "labels": {JOB_LABEL: job.name}},
+        "metadata": {"name": f"{job.name}-{i}", "namespace": namespace, **pod_metadata(job)},
         "spec": {"schedulerName": "default-scheduler", "restartPolicy": "Never",
-                 "containers": [_container(job.gpus_per_pod)]},
+                 "containers": [container(job.gpus_per_pod)]},
     } for i in range(job.pods)]
 
 

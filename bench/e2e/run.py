@@ -1,12 +1,14 @@
-"""End-to-end throughput on the real local control plane: a burst of GPUJobs through kubegang, and the
-same pods through the plain kube-scheduler, in one run.
+"""End-to-end throughput on the real local control plane: a burst of GPUJobs through kubegang, the same
+jobs as batch Jobs through the real Kueue, and the same pods through the plain kube-scheduler, in one run.
 
-    .venv/bin/python -m bench.e2e.run            # 2,000 jobs on bench-1024 (1,024 nodes x 8 GPUs)
-    .venv/bin/python -m bench.e2e.run --quick    # 200 jobs on superpod-h100 (128 nodes x 8 GPUs)
+    .venv/bin/python -m bench.e2e.run               # 2,000 jobs on bench-1024 (1,024 nodes x 8 GPUs)
+    .venv/bin/python -m bench.e2e.run --quick       # 200 jobs on superpod-h100 (128 nodes x 8 GPUs)
+    .venv/bin/python -m bench.e2e.run --contended   # a burst of 1.5x the cluster's GPUs, jobs that finish
 
 It starts its own control plane in ``--cluster-dir`` (default /tmp/kubegang-bench-cluster, so a
 cluster that tests use is never touched), or reuses one already running there; runs the baseline
-with kube-scheduler alone, then ``hack/cluster kubegang up`` and the GPUJob burst; writes
+with kube-scheduler alone, then the Kueue half (``hack/cluster addon kueue up``, bench/e2e/_kueue.py),
+then ``hack/cluster kubegang up`` and the GPUJob burst; writes
 bench/e2e/results.json and docs/benchmarks-e2e.md; stops what it started (``--keep`` leaves it up).
 The workload generator is described in bench/e2e/_workload.py.
 """
@@ -28,14 +30,21 @@ import httpx
 if __package__ in (None, ""):  # run as a script: make `bench` and `kubegang` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bench.e2e import _gangs as gangs
 from bench.e2e import _harness as harness
+from bench.e2e import _kube as kube
+from bench.e2e import _kueue as kueue
 from bench.e2e import _report as report
-from bench.e2e._workload import POD_WEIGHTS, describe, generate, leaf_names
+from bench.e2e._workload import POD_WEIGHTS, describe, generate, leaf_names, mean_gpus_per_job
 
 REPO = Path(__file__).resolve().parents[2]
 HACK = REPO / "hack"
 RESULTS = Path(__file__).resolve().parent / "results.json"
 DOC = REPO / "docs" / "benchmarks-e2e.md"
+CONTENDED_RESULTS = Path(__file__).resolve().parent / "results-contended.json"
+CONTENDED_DOC = REPO / "docs" / "benchmarks-e2e-contended.md"
+CONTENDED_FILL = 1.5
+CONTENDED_RUNTIME_S = 30
 
 
 def versions() -> dict[str, str]:
@@ -82,7 +91,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=None, help="GPUJobs in the burst (default 2000, quick 200)")
     p.add_argument("--shape", default=None, help="hack/shapes/<name>.yaml (default bench-1024, quick superpod-h100)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--fill", type=float, default=0.85, help="most of the cluster's GPUs the burst may request")
+    p.add_argument("--fill", type=float, default=None,
+                   help=f"most of the cluster's GPUs the burst may request (default 0.85, contended {CONTENDED_FILL})")
+    p.add_argument("--contended", action="store_true",
+                   help=f"a burst of {CONTENDED_FILL}x the cluster's GPUs whose jobs finish (--runtime), so jobs "
+                        "wait for each other; writes results-contended.json and benchmarks-e2e-contended.md")
+    p.add_argument("--runtime", type=int, default=None,
+                   help=f"seconds every pod runs (default: until deleted; contended {CONTENDED_RUNTIME_S})")
     p.add_argument("--leaves", type=int, default=16, help="leaf GPUQueues the jobs are dealt over")
     p.add_argument("--operators", type=int, default=2, help="operator replicas (one leader admits)")
     p.add_argument("--appliers", type=int, default=4, help="parallel kubectl apply processes")
@@ -90,18 +105,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stall", type=float, default=90, help="give up a half after this long without progress")
     p.add_argument("--cluster-dir", type=Path, default=Path("/tmp/kubegang-bench-cluster"))
     p.add_argument("--keep", action="store_true", help="leave the control plane running afterwards")
-    p.add_argument("--only", choices=["plain", "kubegang"], default=None, help="run one half only")
+    p.add_argument("--only", choices=["plain", "kueue", "kubegang"], default=None, help="run one half only")
     p.add_argument("--profile", type=Path, default=None, metavar="DIR",
                    help="py-spy profiles of kubegang's processes during the kubegang half, into DIR")
     p.add_argument("--note", default="", help="a sentence for the report (e.g. why the run was scaled down)")
-    p.add_argument("--results", type=Path, default=RESULTS)
-    p.add_argument("--doc", type=Path, default=DOC)
-    return p.parse_args(argv)
+    p.add_argument("--results", type=Path, default=None, help="default bench/e2e/results[-contended].json")
+    p.add_argument("--doc", type=Path, default=None, help="default docs/benchmarks-e2e[-contended].md")
+    args = p.parse_args(argv)
+    args.fill = args.fill if args.fill is not None else CONTENDED_FILL if args.contended else 0.85
+    args.runtime = args.runtime if args.runtime is not None else CONTENDED_RUNTIME_S if args.contended else None
+    args.results = args.results or (CONTENDED_RESULTS if args.contended else RESULTS)
+    args.doc = args.doc or (CONTENDED_DOC if args.contended else DOC)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    n_jobs = args.jobs or (200 if args.quick else 2000)
+    n_jobs = args.jobs
     shape = args.shape or ("superpod-h100" if args.quick else "bench-1024")
     cluster_dir = args.cluster_dir.resolve()
     command = "python -m bench.e2e.run " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -109,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command.strip(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
         "versions": versions(), "seed": args.seed, "shape": shape, "operators": args.operators,
         "appliers": args.appliers, "fill": args.fill, "leaves": args.leaves, "note": args.note, "errors": [],
+        "contended": args.contended, "runtime_s": args.runtime,
     }
     started_here = not running(cluster_dir)
     target = harness.Target(cluster_dir / "kubeconfig", cluster_dir, kubectl_path())
@@ -119,7 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         capacity = sum(nodes.values())
         out["cluster"] = {"gpu_nodes": len(nodes), "gpus": capacity, "reused": not started_here}
         leaves = leaf_names(args.leaves)
-        jobs = generate(n_jobs, args.seed, capacity, args.fill, leaves)
+        # A contended burst is sized to ask for ``fill`` x the cluster on average.
+        n_jobs = n_jobs or (round(args.fill * capacity / mean_gpus_per_job()) if args.contended
+                            else 200 if args.quick else 2000)
+        jobs = generate(n_jobs, args.seed, capacity, args.fill, leaves, args.runtime)
+        node_list, _ = kube.list_items(target.api, "/api/v1/nodes")
+        domains = gangs.node_domains(node_list)
         out["workload"] = {**describe(jobs), "pod_weights": {str(k): v for k, v in POD_WEIGHTS.items()}}
         print(f"[bench] {out['workload']['jobs']} jobs, {out['workload']['pods']} pods, "
               f"{out['workload']['gpus']} of {capacity} GPUs on {len(nodes)} nodes", file=sys.stderr)
@@ -134,14 +160,30 @@ def main(argv: list[str] | None = None) -> int:
                 hack(cluster_dir, "kubegang", "down")  # the baseline runs without the extender
             ns = f"bench-plain-{stamp}"
             print("[bench] baseline: plain pods, kube-scheduler alone", file=sys.stderr)
-            out["plain"] = harness.run_plain(target, jobs, ns, settings)
+            out["plain"] = gangs.observe(target.api, ns, jobs, capacity, domains,
+                                         lambda: harness.run_plain(target, jobs, ns, settings))
             out["plain"]["cleanup_s"] = harness.cleanup(target, ns, gpujobs=False, timeout=cleanup_s)
+        if args.only in (None, "kueue"):
+            if (cluster_dir / "kubegang.json").exists():
+                hack(cluster_dir, "kubegang", "down")  # Kueue runs with kube-scheduler's default profile
+            print("[bench] kueue: hack/cluster addon kueue up", file=sys.stderr)
+            out["kueue_up_s"] = hack(cluster_dir, "addon", "kueue", "up")
+            ns = f"bench-kueue-{stamp}"
+            try:
+                print("[bench] kueue: batch Job burst", file=sys.stderr)
+                out["kueue"] = gangs.observe(target.api, ns, jobs, capacity, domains,
+                                             lambda: kueue.run_kueue(target, jobs, ns, settings, leaves))
+                out["kueue"]["cleanup_s"] = kueue.cleanup(target, ns, leaves, timeout=cleanup_s)
+            finally:
+                # Its informers watch every pod: it must not cost the kubegang half anything.
+                hack(cluster_dir, "addon", "kueue", "down")
         if args.only in (None, "kubegang"):
             print("[bench] kubegang: hack/cluster kubegang up", file=sys.stderr)
             out["kubegang_up_s"] = hack(cluster_dir, "kubegang", "up", "--operators", str(args.operators))
             ns = f"bench-kubegang-{stamp}"
             print("[bench] kubegang: GPUJob burst", file=sys.stderr)
-            out["kubegang"] = harness.run_kubegang(target, jobs, ns, settings, leaves)
+            out["kubegang"] = gangs.observe(target.api, ns, jobs, capacity, domains,
+                                            lambda: harness.run_kubegang(target, jobs, ns, settings, leaves))
             out["kubegang"]["cleanup_s"] = harness.cleanup(target, ns, gpujobs=True, timeout=cleanup_s)
             harness.delete_queues(target, leaves)
     except (RuntimeError, TimeoutError, OSError, ValueError, httpx.HTTPError) as exc:
@@ -156,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     out["summary"] = report.summary(out)
     args.results.write_text(json.dumps(out, indent=2) + "\n")
     args.doc.write_text(report.markdown(out))
-    print(report.table(out))
+    print(report.three_way_table(out))
     print(f"[bench] wrote {args.results} and {args.doc}", file=sys.stderr)
     return 1 if out["errors"] else 0
 

@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kubegang.api import parse_quantity
-from kubegang.topology import GPUInfo, NodeInfo
+from kubegang.topology import DUMP_LAYOUTS, GPUInfo, NodeInfo, layout
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _QUANTITY = r"^[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$"
@@ -242,10 +242,13 @@ def node_infos(shape: ClusterShape) -> list[NodeInfo]:
     for name, group in shape.nodes():
         product = _label_value(group.product) if group.product else ""
         domain = f"{group.fabric.cluster_uuid}.{group.fabric.clique_id}" if group.fabric else None
+        gpus = tuple(GPUInfo(index=i, product=product) for i in range(group.gpus))
+        if group.nvml in DUMP_LAYOUTS:  # wired as the agent reads the dump these nodes replay
+            gpus = layout(DUMP_LAYOUTS[group.nvml]).dress(gpus)
         out.append(NodeInfo(
             name=name,
             labels=MappingProxyType({k: v for k, v in node_manifest(name, group)["metadata"]["labels"].items()}),
-            gpus=tuple(GPUInfo(index=i, product=product) for i in range(group.gpus)),
+            gpus=gpus,
             nvlink_domain=domain,
             cpu_milli=int(parse_quantity(group.cpu) * 1000),
             memory_mib=int(parse_quantity(group.memory) / (1 << 20)),

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from kubegang.api import PodSourceKind
 from kubegang.api.gpunode import GPUNodeStatus
 from kubegang.extender._admitted import AdmittedGang, admitted_gang
 from kubegang.extender._authority import Displacement
@@ -67,6 +68,9 @@ class LedgerState:
         self._reservations: dict[str, Reservation] = {}
         self._admissions: dict[str, str] = {}
         """Job UID -> ``status.admittedAt`` of the admission its GPUJob records (see :meth:`upsert_gpujob`)."""
+        self._adopted: dict[str, tuple[str, str]] = {}
+        """Job UID -> (namespace, RayCluster name) of GPUJobs that adopt a RayCluster's pods
+        (``spec.podSource``): those pods wait, unplaced, until the operator pins them."""
         self._by_slot: dict[tuple[str, int], str] = {}
         """(owner, index) -> pod uid holding that slot."""
         self._unplaced: dict[str, str] = {}
@@ -172,7 +176,7 @@ class LedgerState:
         self._infos = {}
         for name in set(self._nodes):
             self._refresh_node(name, mark=False)
-        self._pods, self._by_slot, self._waiting = {}, {}, {}
+        self._pods, self._by_slot, self._waiting, self._adopted = {}, {}, {}, {}
         for obj in pods:
             demand = _read_pod(obj)
             self._note_waiting(str((obj.get("metadata") or {}).get("uid", "")), demand, obj)
@@ -194,9 +198,15 @@ class LedgerState:
         back (finished, deleted) is not taken again, and a stale event after Release holds only
         until the event that gives the admission back.
         """
-        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
         if not uid:
             return
+        source = (obj.get("spec") or {}).get("podSource")
+        if isinstance(source, Mapping) and source.get("kind") == PodSourceKind.RAY_CLUSTER.value:
+            self._adopted[uid] = (str(meta.get("namespace") or ""), str(source.get("name") or ""))
+        else:
+            self._adopted.pop(uid, None)
         admitted = admitted_gang(obj)
         if admitted is None:
             self.delete_gpujob(uid)
@@ -210,6 +220,19 @@ class LedgerState:
             return
         if seen != admitted.attempt:
             self._hold_recorded(admitted)
+
+    def forget_gpujob(self, uid: str) -> None:
+        """A GPUJob was deleted: it adopts nothing any more, and its durable reservation ends."""
+        self._adopted.pop(uid, None)
+        self.delete_gpujob(uid)
+
+    def adopted(self, pod: PodDemand) -> bool:
+        """Whether ``pod`` belongs to a source kubegang admits (a pod group; a RayCluster some GPUJob
+        adopts): such a pod is placed only once the operator pinned it to a slot of the admission."""
+        if pod.source is None:
+            return False
+        kind, name = pod.source
+        return kind is PodSourceKind.POD_GROUP or (pod.namespace, name) in self._adopted.values()
 
     def delete_gpujob(self, uid: str) -> None:
         """A GPUJob was deleted or gave its admission back: its durable reservation ends."""

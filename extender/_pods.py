@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kubegang.api import RequestError, pod_requests
+from kubegang.api import PodSourceKind, RequestError, pod_requests, selected_source
 from kubegang.extender._wire import Pod
 from kubegang.placement import MILLI, Toleration
 from kubegang.podcontract import (
@@ -90,6 +90,9 @@ class PodDemand:
     gpu_milli: int = 0
     """Thousandths of one shared GPU (annotation ``kubegang.io/gpu-milli``, set by the operator on a
     ``gpuFraction`` pod it planned); 0 for whole-GPU pods."""
+    source: tuple[PodSourceKind, str] | None = None
+    """The pod group or RayCluster the pod's labels name (``kubegang.api.selected_source``): such a pod
+    is placed only once the operator pinned it to a slot of its gang's admission."""
 
     @property
     def holds_gpus(self) -> bool:
@@ -156,4 +159,5 @@ def pod_demand(pod: Pod) -> PodDemand:
         cpu_milli=requests.cpu_milli,
         memory_mib=requests.memory_mib,
         gpu_milli=gpu_milli,
+        source=selected_source(meta.labels),
     )

@@ -20,6 +20,12 @@ from kubegang.placement import (
 )
 
 
+def _unpinned_reason(pod: PodDemand) -> str:
+    kind, name = pod.source or ("", "")
+    return (f"waits for kubegang to admit its gang ({kind} {name}) and pin it to a reserved slot "
+            f"(annotation {NODE_ANNOTATION}); see the GPUJob that represents it")
+
+
 class SchedulerVerbs(LedgerState):
     """Filter, prioritize and preempt for one pod over candidate nodes."""
 
@@ -28,6 +34,8 @@ class SchedulerVerbs(LedgerState):
         snap = self._current()
         if not pod.holds_gpus:
             return FilterVerdict(passed=list(nodes))
+        if pod.pinned_node is None and self.adopted(pod):
+            return FilterVerdict(passed=[], unresolvable=dict.fromkeys(nodes, _unpinned_reason(pod)))
         if pod.pinned_node is not None:
             return self._filter_pinned(snap, pod, nodes)
         return self._filter_plain(snap, self._pod_gang(pod), nodes)
@@ -44,6 +52,8 @@ class SchedulerVerbs(LedgerState):
         """See :class:`SchedulerAuthority`: whole gangs only, and only if the pod then fits."""
         snap = self._current()
         kept: dict[str, list[str]] = {}
+        if pod.pinned_node is None and self.adopted(pod):
+            return kept  # it waits for its gang's admission: nothing is evicted for one pod of it
         gang = self._pod_gang(pod) if pod.gpus else None
         for node, uids in candidates.items():
             if pod.pinned_node is not None and node != pod.pinned_node:

@@ -184,7 +184,7 @@ class ClusterFeed:
             elif resource is GPUNODES:
                 self.ledger.delete_gpunode(key)
             elif resource is GPUJOBS:
-                self.ledger.delete_gpujob(key)
+                self.ledger.forget_gpujob(key)
             else:
                 self.ledger.delete_pod(key)
             return

@@ -25,3 +25,6 @@ GPU_MILLI_ANNOTATION = "kubegang.io/gpu-milli"
 """Thousandths of the one GPU in ``kubegang.io/gpus`` that a shared-GPU pod (``gpuFraction``) may use,
 e.g. ``250``; absent on whole-GPU pods. The extender counts the share on that GPU, so whole-GPU pods
 never land on it."""
+ADMISSION_GATE = "kubegang.io/admission"
+"""A scheduling gate a pod of a pod group (or any pod kubegang adopts) may carry so that kube-scheduler
+does not even try it before kubegang admitted its gang; the operator lifts it when it pins the pod."""

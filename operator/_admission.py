@@ -63,6 +63,7 @@ from kubegang.operator._gang_objects import DEFAULT_MASTER_PORT, build_gang
 from kubegang.operator._job import JobView, status_fields, timestamp
 from kubegang.operator._leader import NotLeading
 from kubegang.operator._ports import KubePort, PlacementPort, QuotaPort
+from kubegang.operator._sources import SourceBridge
 from kubegang.operator._status_writer import StatusWriter
 
 log = logging.getLogger("kubegang.operator.admission")
@@ -141,6 +142,8 @@ class Admission:
         """UID → (phase, reason, monotonic time) of the last waiting status written."""
         self._reserving: set[str] = set()
         """UIDs of jobs holding a backfill reservation (announced once, by an Event)."""
+        self.sources = SourceBridge(cache, kube)
+        """RayClusters and pod groups, represented by GPUJobs with ``spec.podSource`` (``_sources``)."""
 
     # -- housekeeping before a cycle -------------------------------------------------------------
     def sync_queues(self) -> list[str]:
@@ -302,7 +305,10 @@ class Admission:
 
     def _assume_admission(self, job: JobView, placement: Placement) -> tuple[JobView, dict[str, Any]]:
         now = self.clock()
-        message = f"{_admitted_message(job, placement)}; creating {job.replicas} pods"
+        source = job.spec.pod_source
+        creating = (f"letting {source.kind.value} {source.name} make its {job.replicas} GPU pods" if source
+                    else f"creating {job.replicas} pods")
+        message = f"{_admitted_message(job, placement)}; {creating}"
         status = transition(
             job.status, Phase.ADMITTED, "Admitted", message, now=now, observed_generation=job.generation
         )
@@ -320,6 +326,15 @@ class Admission:
         ready count, requeue): one write fewer per job. A new leader that finds it unwritten counts
         the gang timeout from ``admittedAt``, which is earlier, so a gang never waits longer.
         """
+        if job.spec.pod_source is not None:
+            # Another controller makes the pods: let it (the bridge pins each pod as it appears).
+            try:
+                await self.sources.open(job)
+            except Exception as exc:
+                log.exception("opening the source of %s failed", job.key)
+                return f"letting {job.spec.pod_source.kind.value} {job.spec.pod_source.name} start failed: {exc}"
+            self.cache.assume(job, status_fields(GPUJobStatus(pods_created_at=timestamp(self.clock()))))
+            return None
         objects = build_gang(
             job, placement, master_port=self.master_port, shared_gpu_resource=self.shared_gpu_resource
         )
@@ -364,7 +379,14 @@ class Admission:
         pods = self.cache.pods_of(job.uid)
         doomed = [p for p in pods if not (keep_finished_pods and p.phase in ("Succeeded", "Failed"))]
         names = {p.name for p in doomed}
-        if not keep_finished_pods:
+        if job.spec.pod_source is not None:
+            # Its controller's pods: a RayCluster is suspended (KubeRay deletes them), a pod group's
+            # pods are deleted (made anew, they wait unpinned). None has a name kubegang chose.
+            try:
+                await self.sources.close(job, keep_finished_pods=keep_finished_pods)
+            except Exception:
+                log.exception("taking the pods of %s away failed", job.key)
+        elif not keep_finished_pods:
             # Pods the cache has not seen yet (just created) are deleted by their deterministic names.
             names |= {f"{job.name}-{i}" for i in range(job.replicas)}
         results = await asyncio.gather(

@@ -13,10 +13,14 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from kubegang.api import QUEUE_LABEL, PodSourceKind, selected_source
 from kubegang.operator._conditions import Phase
 from kubegang.operator._job import JobSpecError, JobView, job_view
 from kubegang.operator._lifecycle import PodState, pod_state
 from kubegang.podcontract import JOB_UID_LABEL
+
+SourceKey = tuple[str, PodSourceKind, str]
+"""(namespace, kind, name) of a RayCluster or pod group."""
 
 HOLDING_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING})
 WAITING_PHASES = frozenset({Phase.PENDING, Phase.QUEUED, Phase.UNSCHEDULABLE})
@@ -49,6 +53,11 @@ class ClusterCache:
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     """Newest resourceVersion known per job UID: the watch's, or a status write's answer (shared with
     the StatusWriter, whose fenced writes use it as their precondition)."""
+    rayclusters: dict[tuple[str, str], Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """Every RayCluster, by (namespace, name); those labelled ``kubegang.io/queue`` are sources of gangs
+    (``_sources``)."""
+    source_pods: dict[SourceKey, dict[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
+    """Pods of pod groups and RayClusters (as the watch delivered them) by source, then pod name."""
     _parsed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict, repr=False)
     """(generation, spec) each cached view was parsed from, by UID."""
 
@@ -115,6 +124,44 @@ class ClusterCache:
             self.pods.pop(uid, None)
         self.wake.set()
 
+    def upsert_raycluster(self, body: Mapping[str, Any]) -> None:
+        """Record a RayCluster (a change of an unlabelled one wakes nobody: it is not kubegang's)."""
+        meta = body.get("metadata") or {}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        old = self.rayclusters.get(key)
+        self.rayclusters[key] = body
+        if (meta.get("labels") or {}).get(QUEUE_LABEL) or (old and ((old.get("metadata") or {}).get("labels")
+                                                                    or {}).get(QUEUE_LABEL)):
+            self.wake.set()
+
+    def remove_raycluster(self, namespace: str, name: str) -> None:
+        """Forget a deleted RayCluster."""
+        self.rayclusters.pop((namespace, name), None)
+        self.wake.set()
+
+    def upsert_source_pod(self, body: Mapping[str, Any]) -> None:
+        """Record a pod of a pod group or a RayCluster (the others are ignored)."""
+        meta = body.get("metadata") or {}
+        source = selected_source(meta.get("labels") or {})
+        if source is None:
+            return
+        key = (str(meta.get("namespace") or ""), *source)
+        self.source_pods.setdefault(key, {})[str(meta.get("name") or "")] = body
+        self.wake.set()
+
+    def remove_source_pod(self, body: Mapping[str, Any]) -> None:
+        """Forget a deleted pod of a pod group or a RayCluster."""
+        meta = body.get("metadata") or {}
+        source = selected_source(meta.get("labels") or {})
+        if source is None:
+            return
+        key = (str(meta.get("namespace") or ""), *source)
+        pods = self.source_pods.get(key, {})
+        pods.pop(str(meta.get("name") or ""), None)
+        if not pods:
+            self.source_pods.pop(key, None)
+        self.wake.set()
+
     def upsert_queue(self, body: Mapping[str, Any]) -> None:
         """Record a GPUQueue; a spec change marks the tree for a rebuild."""
         name = str((body.get("metadata") or {}).get("name", ""))
@@ -176,12 +223,24 @@ class ClusterCache:
         return list(self.pods.get(uid, {}).values())
 
     def pending(self) -> list[JobView]:
-        """Jobs waiting for admission: not suspended, holding nothing, no pods of theirs left."""
+        """Jobs waiting for admission: not suspended, holding nothing, no pods of theirs left; a pod
+        group's job once all its pods exist (Kueue's rule: a group is admitted when it is complete)."""
         return [
             job
             for job in self.all_jobs()
             if job.phase in WAITING_PHASES and not job.spec.suspend and not self.pods.get(job.uid)
+            and self.source_complete(job)
         ]
+
+    def source_complete(self, job: JobView) -> bool:
+        """Whether a pod group's job has all of its pods (always true for every other job)."""
+        source = job.spec.pod_source
+        if source is None or source.kind is not PodSourceKind.POD_GROUP:
+            return True
+        pods = self.source_pods.get((job.namespace, source.kind, source.name), {})
+        live = [p for p in pods.values() if not (p.get("metadata") or {}).get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        return len(live) >= job.replicas
 
     def holding(self) -> list[JobView]:
         """Jobs that hold quota and a placement (Admitted or Running)."""

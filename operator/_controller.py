@@ -140,6 +140,10 @@ class Controller:
         self.cache.wake.clear()
         due: float | None = None
         try:
+            await self.admission.sources.sync()
+        except Exception:
+            log.exception("representing RayClusters and pod groups failed")
+        try:
             outcomes = await self.admission.run_cycle()
             for outcome in outcomes:
                 log.debug("admission %s: %s %s", outcome.job, outcome.result, outcome.message)

@@ -33,9 +33,11 @@ log = logging.getLogger("kubegang.operator.kube")
 
 GPUJobResource = create_namespaced_resource("kubegang.io", "v1alpha1", "GPUJob", "gpujobs")
 GPUQueueResource = create_global_resource("kubegang.io", "v1alpha1", "GPUQueue", "gpuqueues")
+RayClusterResource = create_namespaced_resource("ray.io", "v1", "RayCluster", "rayclusters")
 FIELD_MANAGER = "kubegang-operator"
 
-_KINDS: dict[str, Any] = {"Pod": Pod, "Service": Service, "ConfigMap": ConfigMap, "GPUJob": GPUJobResource}
+_KINDS: dict[str, Any] = {"Pod": Pod, "Service": Service, "ConfigMap": ConfigMap, "GPUJob": GPUJobResource,
+                          "RayCluster": RayClusterResource}
 
 
 class RateLimiter:
@@ -133,6 +135,17 @@ class KubeApi:
             if exc.status.code != 404:
                 raise
 
+    async def patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
+        await self.limiter.acquire()
+        self._fenced(f"patch {kind} {namespace}/{name}")
+        try:
+            await self.client.patch(_KINDS[kind], name, dict(patch), namespace=namespace, patch_type=PatchType.MERGE)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            raise
+        return True
+
     async def reserve_background(self) -> None:
         await self.limiter.acquire(background=True)
 
@@ -158,18 +171,18 @@ class KubeApi:
         await self.client.patch(GPUQueueResource.Status, name, {"status": dict(patch)}, patch_type=PatchType.MERGE)
 
     async def event(self, job: JobView, reason: str, message: str, *, warning: bool = False) -> None:
+        await self.event_on({"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob", "name": job.name,
+                             "namespace": job.namespace, "uid": job.uid}, reason, message, warning=warning)
+
+    async def event_on(self, involved: Mapping[str, str], reason: str, message: str, *,
+                       warning: bool = False) -> None:
         now = now_rfc3339()
+        name, namespace = involved.get("name", ""), involved.get("namespace", "")
         manifest = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{job.name}.", "namespace": job.namespace},
-            "involvedObject": {
-                "apiVersion": "kubegang.io/v1alpha1",
-                "kind": "GPUJob",
-                "name": job.name,
-                "namespace": job.namespace,
-                "uid": job.uid,
-            },
+            "metadata": {"generateName": f"{name}.", "namespace": namespace},
+            "involvedObject": dict(involved),
             "reason": reason,
             "message": message[:1024],
             "type": "Warning" if warning else "Normal",
@@ -182,8 +195,9 @@ class KubeApi:
         }
         try:
             await self.limiter.acquire(background=True)
-            self._fenced(f"event {reason} on {job.key}")
+            self._fenced(f"event {reason} on {namespace}/{name}")
             await self.client.create(codecs.from_dict(manifest))
         except Exception as exc:
             # Events are for humans; losing one must not undo a scheduling decision.
-            log.warning("could not record event %s on %s: %s", reason, job.key, exc)
+            log.warning("could not record event %s on %s %s/%s: %s", reason, involved.get("kind"), namespace,
+                        name, exc)

@@ -82,6 +82,10 @@ class KubePort(Protocol):
         """Delete a namespaced object (Pod, Service, ConfigMap, GPUJob); NotFound is success."""
         ...
 
+    async def patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
+        """Merge-patch a namespaced object (Pod, RayCluster, GPUJob); False when it does not exist."""
+        ...
+
     async def reserve_background(self) -> None:
         """Wait for, and take, one write of the background lane (used before a ``prepaid`` write)."""
         ...
@@ -100,4 +104,9 @@ class KubePort(Protocol):
 
     async def event(self, job: JobView, reason: str, message: str, *, warning: bool = False) -> None:
         """Record an Event on ``job`` (background lane; best effort: failures are logged, never raised)."""
+        ...
+
+    async def event_on(self, involved: Mapping[str, str], reason: str, message: str, *,
+                       warning: bool = False) -> None:
+        """Record an Event on any object (``involvedObject``: apiVersion, kind, name, namespace, uid)."""
         ...

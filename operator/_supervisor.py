@@ -103,8 +103,9 @@ class Supervisor:
         return len(current) < job.replicas and not others
 
     def _waits_for_binding(self, job: JobView) -> bool:
-        """Admitted, its pods created, some of them not bound yet."""
-        if job.phase is not Phase.ADMITTED or not job.pods_created_at:
+        """Admitted, its pods created, some of them not bound yet (pods kubegang made: another
+        controller's pods are not re-made under new names; their gang timeout requeues them)."""
+        if job.phase is not Phase.ADMITTED or not job.pods_created_at or job.spec.pod_source is not None:
             return False
         pods = [p for p in self.cache.pods_of(job.uid) if p.attempt == job.attempt and not p.deleting]
         return len(pods) == job.replicas and any(p.bound_node is None for p in pods)

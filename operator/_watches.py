@@ -18,13 +18,16 @@ from typing import Any
 
 import kopf
 from lightkube import AsyncClient
+from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import GenericGlobalResource
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.scheduling_v1 import PriorityClass
 
+from kubegang.api import POD_GROUP_LABEL, RAY_CLUSTER_LABEL
 from kubegang.backoff import Backoff, RetrySchedule
 from kubegang.operator._cache import ClusterCache
-from kubegang.operator._kube import GPUJobResource, GPUQueueResource
+from kubegang.operator._kopf_essence import EventsOnlyDiffBase
+from kubegang.operator._kube import GPUJobResource, GPUQueueResource, RayClusterResource
 from kubegang.podcontract import JOB_UID_LABEL
 
 log = logging.getLogger("kubegang.operator.watches")
@@ -43,6 +46,7 @@ def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_s
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         settings.posting.enabled = False  # our events name jobs and reasons; Kopf's would be noise
+        settings.persistence.diffbase_storage = EventsOnlyDiffBase()  # no per-event deep copy (_kopf_essence)
         settings.networking.request_timeout = api_timeout_seconds
         settings.networking.connect_timeout = api_timeout_seconds
         settings.watching.server_timeout = 300
@@ -86,6 +90,30 @@ def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_s
             cache.remove_pod(body)
         else:
             cache.upsert_pod(body)
+
+    # Gangs whose pods another controller makes (``_sources``): labelled RayClusters (KubeRay's CRD; Kopf
+    # serves the handler once the CRD exists) and the pods of pod groups and of RayClusters.
+    @kopf.on.event("ray.io", "v1", "rayclusters", registry=registry)
+    async def raycluster_event(type: str | None, body: Mapping[str, Any], name: str, namespace: str | None,
+                               **_: Any) -> None:
+        if type == "DELETED":
+            cache.remove_raycluster(namespace or "", name)
+        else:
+            cache.upsert_raycluster(body)
+
+    @kopf.on.event("", "v1", "pods", labels={POD_GROUP_LABEL: kopf.PRESENT}, registry=registry)
+    async def group_pod_event(type: str | None, body: Mapping[str, Any], **_: Any) -> None:
+        if type == "DELETED":
+            cache.remove_source_pod(body)
+        else:
+            cache.upsert_source_pod(body)
+
+    @kopf.on.event("", "v1", "pods", labels={RAY_CLUSTER_LABEL: kopf.PRESENT}, registry=registry)
+    async def ray_pod_event(type: str | None, body: Mapping[str, Any], **_: Any) -> None:
+        if type == "DELETED":
+            cache.remove_source_pod(body)
+        else:
+            cache.upsert_source_pod(body)
 
     @kopf.on.event("", "v1", "nodes", labels={GPU_PRODUCT_LABEL: kopf.PRESENT}, registry=registry)
     async def node_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
@@ -135,4 +163,24 @@ async def resync_from_api(client: AsyncClient, cache: ClusterCache) -> None:
     for uid, pods in list(cache.pods.items()):
         for name in set(pods) - seen_pods.get(uid, set()):
             cache.remove_pod({"metadata": {"name": name, "labels": {JOB_UID_LABEL: uid}}})
+    await _resync_sources(client, cache)
     log.info("resynced: %d jobs, %d queues, %d gangs with pods", len(cache.jobs), len(cache.queues), len(cache.pods))
+
+
+async def _resync_sources(client: AsyncClient, cache: ClusterCache) -> None:
+    """Reload RayClusters (when KubeRay's CRD exists) and the pods of pod groups and RayClusters."""
+    seen: set[tuple[str, str]] = set()
+    try:
+        async for rc in client.list(RayClusterResource, namespace="*"):
+            body = _as_dict(rc)
+            cache.upsert_raycluster(body)
+            seen.add((str(body["metadata"].get("namespace")), str(body["metadata"].get("name"))))
+    except ApiError as exc:
+        if exc.status.code != 404:  # 404: KubeRay is not installed, so there is no RayCluster
+            raise
+    for key in set(cache.rayclusters) - seen:
+        cache.remove_raycluster(*key)
+    cache.source_pods.clear()
+    for label in (POD_GROUP_LABEL, RAY_CLUSTER_LABEL):
+        async for pod in client.list(Pod, namespace="*", labels={label: None}):
+            cache.upsert_source_pod(_as_dict(pod))

@@ -167,6 +167,8 @@ class FakeKube:
         self.versions: dict[str, int] = {}
         """Job key -> resourceVersion (counts status writes, from the job's own version)."""
         self.background_writes = 0
+        self.patches: list[tuple[str, str, str, dict[str, Any]]] = []
+        """Merge patches of Pods, RayClusters and GPUJob specs, in order."""
 
     async def create(self, manifest: Mapping[str, Any]) -> bool:
         meta = manifest["metadata"]
@@ -181,6 +183,15 @@ class FakeKube:
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         self.deleted.append((kind, namespace, name))
         self.objects.pop((kind, namespace, name), None)
+
+    async def patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
+        self.patches.append((kind, namespace, name, dict(patch)))
+        return True
+
+    async def event_on(self, involved: Mapping[str, str], reason: str, message: str, *,
+                       warning: bool = False) -> None:
+        self.events.append((f"{involved.get('kind')}/{involved.get('namespace')}/{involved.get('name')}", reason,
+                            message, warning))
 
     async def reserve_background(self) -> None:
         self.background_writes += 1

@@ -1,0 +1,370 @@
+"""Gangs whose pods another controller makes: labelled RayClusters and pod groups (issue 17).
+
+Kueue admits the workloads people already have by representing each with a ``Workload``; kubegang does
+the same with a GPUJob carrying ``spec.podSource`` (docs/ray-and-pod-groups.md). This module is the
+leader's bridge between the sources and those GPUJobs, run once per leader step:
+
+1. **Represent.** Every RayCluster labelled ``kubegang.io/queue`` and every pod group (pods labelled
+   ``kubegang.io/pod-group`` / ``kubegang.io/group-size`` / ``kubegang.io/queue``) gets one GPUJob in
+   its namespace (``raycluster-<name>``, ``podgroup-<name>``): its GPU pods as ``replicas``, their
+   requests as the template, topology from the source's annotations. From there on the one admission
+   path decides (quota, fair share, placement, preemption, status, ``kubectl gang why``).
+2. **Hold.** A RayCluster whose GPUJob holds no admission is kept ``suspend: true`` (KubeRay then runs
+   no pod; the chart's MutatingAdmissionPolicy sets it at creation, so no pod starts before this runs).
+   A pod group's pods cannot bind before they are pinned: the extender refuses them.
+3. **Open** (the admission's step 5, :meth:`SourceBridge.open`): a RayCluster is unsuspended; a pod
+   group's pods exist already.
+4. **Pin.** Each GPU pod of an admitted source that appears is given a free slot of the recorded
+   placement: the labels and annotations of a gang pod (job UID, replica index, attempt, node, GPUs) in
+   one patch, which also lifts the ``kubegang.io/admission`` scheduling gate if the pod carries it. From
+   then on the pod is a gang pod like any other (ledger, lifecycle, restarts). Pods beyond the admitted
+   size stay unpinned, so scaling a worker group past its admission waits.
+5. **Close** (:meth:`SourceBridge.close`, on requeue, preemption, suspend or finish): a RayCluster is
+   suspended again (KubeRay deletes every pod), a pod group's pods are deleted (their controller makes
+   them anew, and they wait again).
+
+A source kubegang cannot count gets no GPUJob and a Warning Event on itself that names the field.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pydantic
+
+from kubegang.api import (
+    GPU_RESOURCE,
+    QUEUE_LABEL,
+    SOURCE_KIND_LABEL,
+    SOURCE_NAME_LABEL,
+    GPUJobSpec,
+    PodSourceKind,
+    RayGangError,
+    RequestError,
+    SourceError,
+    pod_group_member,
+    pod_spec_requests,
+    ray_cluster_gang,
+)
+from kubegang.operator._cache import HOLDING_PHASES, ClusterCache, SourceKey
+from kubegang.operator._job import JobView
+from kubegang.operator._ports import KubePort
+from kubegang.podcontract import (
+    ADMISSION_GATE,
+    ATTEMPT_LABEL,
+    GPUS_ANNOTATION,
+    JOB_NAME_LABEL,
+    JOB_UID_LABEL,
+    NODE_ANNOTATION,
+    POD_INDEX_LABEL,
+)
+
+log = logging.getLogger("kubegang.operator.sources")
+
+GROUP_GONE_SECONDS = 10.0
+"""A pod group's GPUJob is deleted once the group has had no pod for this long: long enough for a
+controller to make the pods of a group anew after kubegang deleted them (a requeue)."""
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+_PREFIX = {PodSourceKind.RAY_CLUSTER: "raycluster", PodSourceKind.POD_GROUP: "podgroup"}
+_FINISHED = ("Succeeded", "Failed")
+
+
+def source_job_name(kind: PodSourceKind, name: str) -> str:
+    """The name of the GPUJob that represents a source (``raycluster-<name>``, ``podgroup-<name>``)."""
+    full = f"{_PREFIX[kind]}-{name}"
+    if len(full) <= 253:
+        return full
+    return f"{full[:240]}-{hashlib.sha256(full.encode()).hexdigest()[:12]}"
+
+
+def _live(pod: Mapping[str, Any]) -> bool:
+    return not (pod.get("metadata") or {}).get("deletionTimestamp") and \
+        (pod.get("status") or {}).get("phase") not in _FINISHED
+
+
+def _template(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What placement and quota read of a pod: its containers' requests, tolerations, selector, class."""
+    def containers(key: str) -> list[dict[str, Any]]:
+        return [{"name": str(c.get("name") or f"c{i}"), "image": str(c.get("image") or "none"),
+                 **({"resources": c["resources"]} if c.get("resources") else {})}
+                for i, c in enumerate(pod_spec.get(key) or []) if isinstance(c, Mapping)]
+
+    spec: dict[str, Any] = {"containers": containers("containers")}
+    if pod_spec.get("initContainers"):
+        spec["initContainers"] = containers("initContainers")
+    for key in ("tolerations", "nodeSelector", "priorityClassName"):
+        if pod_spec.get(key):
+            spec[key] = pod_spec[key]
+    return {"spec": spec}
+
+
+def _spec(replicas: int, queue: str, topology: Mapping[str, Any], pod_spec: Mapping[str, Any],
+          kind: PodSourceKind, name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "replicas": replicas, "queue": queue, "template": _template(pod_spec),
+        "podSource": {"kind": kind.value, "name": name},
+        # Every key, so that a merge patch also removes a constraint the source dropped.
+        "topology": {"required": topology.get("required"), "preferred": topology.get("preferred")},
+        "gpuProduct": (pod_spec.get("nodeSelector") or {}).get(PRODUCT_LABEL),
+        "priorityClassName": pod_spec.get("priorityClassName"),
+    }
+    return spec
+
+
+def _manifest(namespace: str, kind: PodSourceKind, name: str, spec: Mapping[str, Any],
+              owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": source_job_name(kind, name), "namespace": namespace,
+                            "labels": {SOURCE_KIND_LABEL: kind.value, SOURCE_NAME_LABEL: name[:63]}}
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
+    return {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob", "metadata": meta,
+            "spec": {k: v for k, v in spec.items() if v is not None and k != "topology"}
+            | {"topology": {k: v for k, v in spec["topology"].items() if v is not None}}}
+
+
+def ray_cluster_spec(rc: Mapping[str, Any]) -> dict[str, Any]:
+    """The GPUJob spec of a labelled RayCluster; :class:`SourceError` names what cannot be counted.
+
+    The gang is every pod that asks for GPUs (the head too, if it does); they must all ask for the same
+    number, since a gang is identical pods. Pods without GPUs (a CPU head, CPU workers) start with the
+    cluster once it is admitted and are placed by kube-scheduler alone.
+    """
+    gang = ray_cluster_gang(rc)
+    groups = gang.gpu_groups
+    if not groups:
+        raise RayGangError(f"spec.workerGroupSpecs: no group of RayCluster {gang.name!r} asks for {GPU_RESOURCE}; "
+                           f"kubegang admits GPU gangs (remove the {QUEUE_LABEL} label to run it without kubegang)")
+    counts = {g.requests.gpus for g in groups}
+    if len(counts) > 1:
+        named = ", ".join(f"{g.name!r}: {g.requests.gpus}" for g in groups)
+        raise RayGangError(f"spec.workerGroupSpecs: kubegang places a Ray cluster whose GPU pods all ask for the "
+                           f"same number of GPUs; this one's groups ask for {named}")
+    spec = rc.get("spec") or {}
+    first = groups[0]
+    if first.node_type.value == "head":
+        template = spec["headGroupSpec"]["template"]
+    else:
+        template = next(w for w in spec.get("workerGroupSpecs") or [] if w.get("groupName") == first.name)["template"]
+    return _spec(sum(g.pods for g in groups), gang.queue, gang.topology.model_dump(), template.get("spec") or {},
+                 PodSourceKind.RAY_CLUSTER, gang.name)
+
+
+def pod_group_spec(namespace: str, group: str, pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The GPUJob spec of a pod group from its live pods; :class:`SourceError` names the bad label."""
+    members = [(p, pod_group_member(p)) for p in sorted(pods, key=lambda p: str(p["metadata"].get("name")))]
+    first_pod, first = members[0]
+    assert first is not None
+    for pod, member in members[1:]:
+        assert member is not None
+        if (member.size, member.queue, member.requests.gpus) != (first.size, first.queue, first.requests.gpus):
+            raise SourceError(f"pod {pod['metadata'].get('name')}: every pod of group {group!r} must carry the same "
+                              f"group size, queue and GPU request as {first_pod['metadata'].get('name')} "
+                              f"({first.size}, {first.queue!r}, {first.requests.gpus} GPUs)")
+    if not first.requests.gpus:
+        raise SourceError(f"spec.containers[*].resources: the pods of group {group!r} ask for no {GPU_RESOURCE}; "
+                          "kubegang admits GPU gangs")
+    return _spec(first.size, first.queue, first.topology.model_dump(), first_pod.get("spec") or {},
+                 PodSourceKind.POD_GROUP, group)
+
+
+class SourceBridge:
+    """The leader's bridge from RayClusters and pod groups to the GPUJobs that represent them."""
+
+    def __init__(self, cache: ClusterCache, kube: KubePort, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cache = cache
+        self.kube = kube
+        self.clock = clock
+        self._reported: dict[SourceKey, str] = {}
+        """The error last reported (by Event) per source: reported once, not every step."""
+        self._gone_since: dict[SourceKey, float] = {}
+        self._pinned: dict[tuple[str, str], tuple[str, str, int]] = {}
+        """(namespace, pod) -> (job UID, attempt, index) pinned by this leader and not yet echoed."""
+
+    # -- the step ----------------------------------------------------------------------------------
+    async def sync(self) -> None:
+        """Represent, hold and pin (steps 1, 2 and 4 of the module docstring); never raises for one source."""
+        jobs = {(j.namespace, j.spec.pod_source.kind, j.spec.pod_source.name): j
+                for j in self.cache.all_jobs() if j.spec.pod_source is not None}
+        for key, work in self._sources().items():
+            try:
+                await self._represent(key, work, jobs.get(key))
+            except SourceError as exc:
+                await self._report(key, str(exc))
+            except Exception:
+                log.exception("%s %s/%s: could not represent it; retrying next step", key[1].value, key[0], key[2])
+        for key, job in jobs.items():
+            try:
+                await self._pin(key, job)
+            except Exception:
+                log.exception("pinning the pods of %s failed; retrying next step", job.key)
+        await self._delete_gone_groups(jobs)
+
+    def _sources(self) -> dict[SourceKey, Callable[[], tuple[dict[str, Any], Mapping[str, Any] | None]]]:
+        """Each labelled source, with how to compute its GPUJob spec and owner reference (lazily)."""
+        out: dict[SourceKey, Callable[[], tuple[dict[str, Any], Mapping[str, Any] | None]]] = {}
+        for (namespace, name), rc in self.cache.rayclusters.items():
+            if ((rc.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL):
+                out[(namespace, PodSourceKind.RAY_CLUSTER, name)] = functools.partial(_ray_work, rc)
+        for key, pods in self.cache.source_pods.items():
+            namespace, kind, name = key
+            live = [p for p in pods.values() if _live(p)]
+            if kind is PodSourceKind.POD_GROUP and live:
+                out[key] = functools.partial(_group_work, namespace, name, live)
+        return out
+
+    async def _represent(self, key: SourceKey, work: Callable[[], tuple[dict[str, Any], Mapping[str, Any] | None]],
+                         job: JobView | None) -> None:
+        namespace, kind, name = key
+        spec, owner = work()
+        self._reported.pop(key, None)
+        holds = job is not None and job.phase in HOLDING_PHASES
+        if kind is PodSourceKind.RAY_CLUSTER and not holds:
+            await self._keep_suspended(namespace, name)
+        if job is None:
+            manifest = _manifest(namespace, kind, name, spec, owner)
+            if await self.kube.create(manifest):
+                log.info("%s %s/%s: represented by GPUJob %s", kind.value, namespace, name,
+                         manifest["metadata"]["name"])
+            return
+        if holds:
+            return  # the admitted size stands: pods past it wait unpinned (scaling waits for a new admission)
+        try:
+            wanted = GPUJobSpec.model_validate(spec | {"topology": {k: v for k, v in spec["topology"].items() if v}})
+        except pydantic.ValidationError as exc:
+            raise SourceError(f"cannot represent it as a GPUJob: {exc.errors()[0]['msg']}") from None
+        if wanted != job.spec:
+            await self.kube.patch("GPUJob", namespace, job.name, {"spec": spec})
+
+    async def _keep_suspended(self, namespace: str, name: str) -> None:
+        rc = self.cache.rayclusters.get((namespace, name)) or {}
+        if (rc.get("spec") or {}).get("suspend") is not True:
+            log.info("RayCluster %s/%s: suspended until kubegang admits it", namespace, name)
+            await self.kube.patch("RayCluster", namespace, name, {"spec": {"suspend": True}})
+
+    async def _report(self, key: SourceKey, error: str) -> None:
+        if self._reported.get(key) == error:
+            return
+        self._reported[key] = error
+        namespace, kind, name = key
+        log.error("%s %s/%s: %s", kind.value, namespace, name, error)
+        if kind is PodSourceKind.RAY_CLUSTER:
+            rc = self.cache.rayclusters.get((namespace, name)) or {}
+            involved = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": name, "namespace": namespace,
+                        "uid": str((rc.get("metadata") or {}).get("uid") or "")}
+        else:
+            pods = sorted(self.cache.source_pods.get(key, {}).values(), key=lambda p: str(p["metadata"]["name"]))
+            if not pods:
+                return
+            meta = pods[0]["metadata"]
+            involved = {"apiVersion": "v1", "kind": "Pod", "name": str(meta.get("name")), "namespace": namespace,
+                        "uid": str(meta.get("uid") or "")}
+        await self.kube.event_on(involved, "NotAdmissible", error, warning=True)
+
+    # -- pinning --------------------------------------------------------------------------------
+    async def _pin(self, key: SourceKey, job: JobView) -> None:
+        placement = job.placement
+        if job.phase not in HOLDING_PHASES or not job.admitted_at or placement is None:
+            return
+        namespace = key[0]
+        attempt = job.attempt
+        taken: set[int] = set()
+        waiting: list[Mapping[str, Any]] = []
+        for pod in sorted(self.cache.source_pods.get(key, {}).values(), key=lambda p: str(p["metadata"]["name"])):
+            meta = pod.get("metadata") or {}
+            if not _live(pod) or not _asks_for_gpus(pod):
+                continue
+            labels = meta.get("labels") or {}
+            pinned = self._pinned.get((namespace, str(meta.get("name"))))
+            if labels.get(JOB_UID_LABEL) == job.uid and labels.get(ATTEMPT_LABEL) == attempt:
+                taken.add(int(labels.get(POD_INDEX_LABEL, -1)))
+                self._pinned.pop((namespace, str(meta.get("name"))), None)
+            elif pinned is not None and pinned[:2] == (job.uid, attempt):
+                taken.add(pinned[2])
+            elif not labels.get(JOB_UID_LABEL) and not (pod.get("spec") or {}).get("nodeName"):
+                waiting.append(pod)
+        free = [slot for slot in sorted(placement.pods, key=lambda p: p.index) if slot.index not in taken]
+        for pod, slot in zip(waiting, free, strict=False):
+            name = str(pod["metadata"]["name"])
+            gates = [g for g in (pod.get("spec") or {}).get("schedulingGates") or [] if g.get("name") != ADMISSION_GATE]
+            patch: dict[str, Any] = {"metadata": {
+                "labels": {JOB_UID_LABEL: job.uid, JOB_NAME_LABEL: job.name[:63], POD_INDEX_LABEL: str(slot.index),
+                           ATTEMPT_LABEL: attempt},
+                "annotations": {NODE_ANNOTATION: slot.node, GPUS_ANNOTATION: ",".join(str(g) for g in slot.gpus)}}}
+            if len(gates) != len((pod.get("spec") or {}).get("schedulingGates") or []):
+                patch["spec"] = {"schedulingGates": gates}
+            self._pinned[(namespace, name)] = (job.uid, attempt, slot.index)
+            try:
+                if not await self.kube.patch("Pod", namespace, name, patch):
+                    self._pinned.pop((namespace, name), None)
+            except Exception:
+                self._pinned.pop((namespace, name), None)
+                raise
+            log.info("%s: pod %s pinned to replica %d on %s", job.key, name, slot.index, slot.node)
+
+    # -- open and close (admission step 5, teardown) -------------------------------------------
+    async def open(self, job: JobView) -> None:
+        """Let the source make its pods now that ``job`` is admitted (idempotent)."""
+        source = job.spec.pod_source
+        if source is None or source.kind is not PodSourceKind.RAY_CLUSTER:
+            return  # a pod group's pods exist already; they are pinned by the next step
+        rc = self.cache.rayclusters.get((job.namespace, source.name)) or {}
+        if (rc.get("spec") or {}).get("suspend") is not False:
+            await self.kube.patch("RayCluster", job.namespace, source.name, {"spec": {"suspend": False}})
+
+    async def close(self, job: JobView, *, keep_finished_pods: bool = False) -> None:
+        """Take every pod of the source away (requeue, preemption, suspend, finish)."""
+        source = job.spec.pod_source
+        if source is None:
+            return
+        if source.kind is PodSourceKind.RAY_CLUSTER:
+            if (job.namespace, source.name) in self.cache.rayclusters:
+                await self.kube.patch("RayCluster", job.namespace, source.name, {"spec": {"suspend": True}})
+            return
+        pods = self.cache.source_pods.get((job.namespace, source.kind, source.name), {})
+        for name, pod in sorted(pods.items()):
+            if keep_finished_pods and (pod.get("status") or {}).get("phase") in _FINISHED:
+                continue
+            await self.kube.delete("Pod", job.namespace, name)
+
+    async def _delete_gone_groups(self, jobs: Mapping[SourceKey, JobView]) -> None:
+        now = self.clock()
+        for key, job in jobs.items():
+            if key[1] is not PodSourceKind.POD_GROUP:
+                continue
+            if any(_live(p) for p in self.cache.source_pods.get(key, {}).values()):
+                self._gone_since.pop(key, None)
+                continue
+            since = self._gone_since.setdefault(key, now)
+            if now - since >= GROUP_GONE_SECONDS and job.phase not in HOLDING_PHASES:
+                log.info("pod group %s/%s has no pods left: deleting GPUJob %s", key[0], key[2], job.name)
+                await self.kube.delete("GPUJob", job.namespace, job.name)
+                self._gone_since.pop(key, None)
+        self._gone_since = {k: t for k, t in self._gone_since.items() if k in jobs}
+
+
+def _ray_work(rc: Mapping[str, Any]) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
+    return ray_cluster_spec(rc), _owner(rc)
+
+
+def _group_work(namespace: str, name: str, live: Sequence[Mapping[str, Any]]
+                ) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
+    return pod_group_spec(namespace, name, live), None
+
+
+def _owner(rc: Mapping[str, Any]) -> dict[str, Any]:
+    meta = rc.get("metadata") or {}
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": str(meta.get("name")),
+            "uid": str(meta.get("uid")), "controller": True, "blockOwnerDeletion": False}
+
+
+def _asks_for_gpus(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod asks for whole GPUs, by the one rule (``kubegang.api.pod_spec_requests``)."""
+    try:
+        return pod_spec_requests(pod.get("spec") or {}, where="spec").gpus > 0
+    except RequestError:
+        return False  # the extender refuses such a pod with the message; nothing to pin

@@ -20,6 +20,7 @@ SHAPES = Path(__file__).resolve().parents[3] / "hack" / "shapes"
 
 @pytest.mark.parametrize(("name", "nodes", "gpus"), [
     ("superpod-h100", 128, 1024), ("gb200-nvl72", 72, 288), ("openb", 1213, 6212), ("bench-1024", 1024, 8192),
+    ("bench-256", 256, 2048), ("bench-4096", 4096, 32768),
 ])
 def test_shipped_shapes(name: str, nodes: int, gpus: int) -> None:
     shape = load_shape(SHAPES / f"{name}.yaml")

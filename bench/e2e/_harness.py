@@ -324,6 +324,14 @@ def apply_queues(target: Target, leaves: Sequence[str], capacity: int, flavor: s
         return False
 
 
+def idle(target: Target, seconds: float) -> dict[str, Any]:
+    """CPU of every process over ``seconds`` with nothing submitted: what the stack costs at rest
+    (the agent's polling, leases, the extender's and operators' watches, kwok's heartbeats)."""
+    before = procstats.sample_cluster(target.cluster_dir)
+    time.sleep(seconds)
+    return {"seconds": seconds, "processes": procstats.window(before, procstats.sample_cluster(target.cluster_dir))}
+
+
 def leader_identity(target: Target) -> str | None:
     """Who holds the operator's Lease (``local-operator-<i>`` runs as process kubegang-operator-<i>)."""
     with target.api.client() as c:

@@ -84,6 +84,18 @@ def machine() -> dict[str, Any]:
             "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}
 
 
+HALVES = ("plain", "kueue", "kubegang")
+
+
+def _halves(text: str) -> tuple[str, ...]:
+    chosen = tuple(h.strip() for h in text.split(",") if h.strip())
+    wrong = [h for h in chosen if h not in HALVES]
+    if wrong or not chosen:
+        raise argparse.ArgumentTypeError(f"--only: {', '.join(wrong) or 'nothing'} is not a half; "
+                                         f"allowed: {', '.join(HALVES)}, comma-separated")
+    return chosen
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.e2e.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -105,7 +117,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--stall", type=float, default=90, help="give up a half after this long without progress")
     p.add_argument("--cluster-dir", type=Path, default=Path("/tmp/kubegang-bench-cluster"))
     p.add_argument("--keep", action="store_true", help="leave the control plane running afterwards")
-    p.add_argument("--only", choices=["plain", "kueue", "kubegang"], default=None, help="run one half only")
+    p.add_argument("--only", type=_halves, default=HALVES, metavar="HALF[,HALF]",
+                   help=f"run only these halves, comma-separated, of {', '.join(HALVES)} (default: all)")
+    p.add_argument("--idle", type=float, default=30.0, metavar="SECONDS",
+                   help="measure each process's CPU this long with kubegang up and no burst (0: not)")
     p.add_argument("--profile", type=Path, default=None, metavar="DIR",
                    help="py-spy profiles of kubegang's processes during the kubegang half, into DIR")
     p.add_argument("--note", default="", help="a sentence for the report (e.g. why the run was scaled down)")
@@ -155,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         # The API server deletes a collection one object at a time (--delete-collection-workers=1):
         # 5,000 pods on a busy 2-core machine outlast a fixed 300 s.
         cleanup_s = 300 + 0.2 * out["workload"]["pods"]
-        if args.only in (None, "plain"):
+        if "plain" in args.only:
             if (cluster_dir / "kubegang.json").exists():
                 hack(cluster_dir, "kubegang", "down")  # the baseline runs without the extender
             ns = f"bench-plain-{stamp}"
@@ -163,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             out["plain"] = gangs.observe(target.api, ns, jobs, capacity, domains,
                                          lambda: harness.run_plain(target, jobs, ns, settings))
             out["plain"]["cleanup_s"] = harness.cleanup(target, ns, gpujobs=False, timeout=cleanup_s)
-        if args.only in (None, "kueue"):
+        if "kueue" in args.only:
             if (cluster_dir / "kubegang.json").exists():
                 hack(cluster_dir, "kubegang", "down")  # Kueue runs with kube-scheduler's default profile
             print("[bench] kueue: hack/cluster addon kueue up", file=sys.stderr)
@@ -177,9 +192,11 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 # Its informers watch every pod: it must not cost the kubegang half anything.
                 hack(cluster_dir, "addon", "kueue", "down")
-        if args.only in (None, "kubegang"):
+        if "kubegang" in args.only:
             print("[bench] kubegang: hack/cluster kubegang up", file=sys.stderr)
             out["kubegang_up_s"] = hack(cluster_dir, "kubegang", "up", "--operators", str(args.operators))
+            if args.idle > 0:
+                out["kubegang_idle"] = harness.idle(target, args.idle)
             ns = f"bench-kubegang-{stamp}"
             print("[bench] kubegang: GPUJob burst", file=sys.stderr)
             out["kubegang"] = gangs.observe(target.api, ns, jobs, capacity, domains,

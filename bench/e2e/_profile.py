@@ -4,8 +4,8 @@ py-spy reads the target's memory from outside (ptrace), so the process runs unch
 profiler hooks in kubegang's code, and ``--nonblocking`` keeps it from pausing the target at each
 sample. It writes collapsed stacks (``frame;frame;... count``), which speedscope.app opens as a
 flame graph and which :func:`summarize` turns into the few lines the report quotes: where each
-process's sampled CPU went, by the kubegang function that was running (or that called the library
-code that was) and by the leaf function itself.
+process's sampled CPU went, by the asyncio task (or callback) that was running, library calls
+included, and by the leaf function itself.
 
 Idle threads are not sampled (py-spy's default), so a process's samples at ``rate`` Hz count the
 time its threads were on a CPU or waiting for the GIL.
@@ -13,7 +13,6 @@ time its threads were on a CPU or waiting for the GIL.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -25,8 +24,12 @@ from pathlib import Path
 from typing import Any
 
 PROFILED = ("kubegang-operator-0", "kubegang-operator-1", "kubegang-extender", "kubegang-agent")
-OWN_CODE = "kubegang/"
-"""A frame whose file path holds this is kubegang's own code (installed or from the checkout)."""
+REPO = str(Path(__file__).resolve().parents[2]) + "/"
+"""A frame whose file lies under the checkout (and not in its virtual environment) is kubegang's own:
+py-spy runs with ``--full-filenames``, so the operator's files (reached through the kubegang/operator
+symlink) are told from a library's module of the same name."""
+LOOP_STEP = "Handle._run ("
+"""asyncio's frame that runs one callback or task step: the frame above it names the task."""
 
 
 def py_spy() -> str | None:
@@ -70,7 +73,7 @@ class Profiler:
             path, log = self.out_dir / f"{name}.collapsed.txt", self.out_dir / f"{name}.py-spy.log"
             proc = subprocess.Popen(
                 [exe, "record", "--pid", str(pid), "--rate", str(self.rate), "--format", "raw", "--function",
-                 "--nonblocking", "--threads", "-o", str(path)],
+                 "--nonblocking", "--full-filenames", "-o", str(path)],
                 stdout=log.open("wb"), stderr=subprocess.STDOUT)
             self._recordings.append(Recording(name, pid, path, proc, log))
 
@@ -91,7 +94,8 @@ class Profiler:
                 tail = r.log.read_text(errors="replace")[-500:] if r.log.exists() else ""
                 self.errors.append(f"py-spy on {r.name} (pid {r.pid}) wrote nothing: {tail.strip()}")
                 continue
-            out[r.name] = {"pid": r.pid, "file": os.path.relpath(r.path), "rate_hz": self.rate,
+            where = str(r.path.resolve())
+            out[r.name] = {"pid": r.pid, "file": where.removeprefix(REPO), "rate_hz": self.rate,
                            **summarize(r.path.read_text(errors="replace"))}
         return out
 
@@ -101,19 +105,34 @@ def _frames(stack: str) -> list[str]:
     return [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
 
 
+def _own(frame: str) -> bool:
+    path = frame.partition(" (")[2]
+    return path.startswith(REPO) and "/.venv/" not in path and "/site-packages/" not in path
+
+
 def _short(frame: str) -> str:
-    """``func (path/to/kubegang/x/y.py:12)`` as ``x/y.py:func``; a library frame as ``lib/file.py:func``."""
+    """``func (/repo/operator/_kube.py:12)`` as ``operator/_kube.py:func``; a library frame as
+    ``package/file.py:func`` (its last two path parts)."""
     func, _, where = frame.partition(" (")
     path = where.rstrip(")").rsplit(":", 1)[0]
-    path = path.rsplit(OWN_CODE, 1)[1] if OWN_CODE in path else "/".join(path.split("/")[-2:])
+    path = path[len(REPO):] if _own(frame) else "/".join(path.split("/")[-2:])
     return f"{path}:{func}"
 
 
-def summarize(collapsed: str, top: int = 15) -> dict[str, Any]:
-    """Samples in total, and the busiest functions three ways: the innermost kubegang frame of each
-    stack (what our code was doing, library calls included), the leaf frame (where the CPU was),
-    and the kubegang frames inclusive (each counted once per stack)."""
-    own: Counter[str] = Counter()
+def _task(frames: list[str]) -> str:
+    """What the event loop was running: the frame right above asyncio's last ``Handle._run`` (a
+    task's coroutine or a callback), else the innermost frame (a thread, or the loop itself)."""
+    steps = [i for i, f in enumerate(frames) if f.startswith(LOOP_STEP)]
+    if steps and steps[-1] + 1 < len(frames):
+        return _short(frames[steps[-1] + 1])
+    return "(outside a task) " + _short(frames[-1])
+
+
+def summarize(collapsed: str, top: int = 12) -> dict[str, Any]:
+    """Samples in total, and the busiest entries three ways: by the task the event loop was running
+    (where a process's time goes, library calls included), by leaf function (where the CPU was), and
+    kubegang's own functions inclusive (each counted once per stack)."""
+    task: Counter[str] = Counter()
     leaf: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
@@ -127,13 +146,12 @@ def summarize(collapsed: str, top: int = 15) -> dict[str, Any]:
             continue
         total += n
         leaf[_short(frames[-1])] += n
-        ours = [_short(f) for f in frames if OWN_CODE in f]
-        own[ours[-1] if ours else "(no kubegang frame)"] += n
-        for f in set(ours):
+        task[_task(frames)] += n
+        for f in {_short(f) for f in frames if _own(f)}:
             inclusive[f] += n
 
     def share(c: Counter[str]) -> list[list[Any]]:
         return [[k, v, round(v / total, 3)] for k, v in c.most_common(top)] if total else []
 
-    return {"samples": total, "by_innermost_kubegang_frame": share(own), "by_leaf": share(leaf),
+    return {"samples": total, "by_task": share(task), "by_leaf": share(leaf),
             "kubegang_inclusive": share(inclusive)}

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.e2e import _cost as cost
+
 JOB_STARTS_GOAL = 50.0
 THROUGHPUT_RATIO_GOAL = 0.75
 COMPONENTS = ("kubegang-operator-0", "kubegang-operator-1", "kubegang-extender", "kubegang-agent", "kueue",
@@ -73,6 +75,7 @@ def summary(out: dict[str, Any]) -> dict[str, Any]:
         "goal_50_job_starts_per_s": _verdict(starts, JOB_STARTS_GOAL, kg_complete),
         "goal_extender_costs_at_most_25pct": _verdict(ratio_overall, THROUGHPUT_RATIO_GOAL,
                                                       kg_complete and plain_complete),
+        "cost": cost.summary(out),
         "correct": {
             "kubegang_overcommitted_nodes": len(_get(kg, "audit", "overcommitted_nodes") or {}) if kg else None,
             "kubegang_pods_off_plan": _get(kg, "audit", "pods_off_plan_count"),
@@ -299,6 +302,7 @@ def markdown(out: dict[str, Any]) -> str:
         "",
         _write_table(out),
         "",
+        *cost.section(out),
         "## Against the goals",
         "",
         f"- **At least {JOB_STARTS_GOAL:.0f} GPUJob starts per second:** {s['goal_50_job_starts_per_s']} — "

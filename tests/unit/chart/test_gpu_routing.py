@@ -106,12 +106,31 @@ def test_can_be_turned_off(render: Render) -> None:
 
 
 def test_localstack_renders_the_same_template(run_helm: HelmRun, chart_dir: Path) -> None:
-    """hack/localstack.py applies --show-only templates/gpu-routing.yaml: exactly the two objects."""
+    """hack/localstack.py applies --show-only templates/gpu-routing.yaml: exactly these objects."""
     out = run_helm("template", "kubegang", str(chart_dir), "--namespace", "kubegang-system",
                    "--show-only", "templates/gpu-routing.yaml").stdout
     objects = [d for d in yaml.safe_load_all(out) if d]
-    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
-        ("MutatingAdmissionPolicy", "kubegang-gpu-routing"), ("MutatingAdmissionPolicyBinding", "kubegang-gpu-routing")]
+    assert sorted((o["kind"], o["metadata"]["name"]) for o in objects) == [
+        ("MutatingAdmissionPolicy", "kubegang-gpu-routing"),
+        ("MutatingAdmissionPolicy", "kubegang-gpu-routing-rayclusters"),
+        ("MutatingAdmissionPolicyBinding", "kubegang-gpu-routing"),
+        ("MutatingAdmissionPolicyBinding", "kubegang-gpu-routing-rayclusters")]
+
+
+def test_a_queued_raycluster_is_suspended_on_creation_unless_turned_off(run_helm: HelmRun, chart_dir: Path) -> None:
+    def policies(*flags: str) -> dict[str, Any]:
+        out = run_helm("template", "kubegang", str(chart_dir), "--namespace", "kubegang-system",
+                       "--show-only", "templates/gpu-routing.yaml", *flags).stdout
+        return {o["metadata"]["name"]: o for o in yaml.safe_load_all(out)
+                if o and o["kind"] == "MutatingAdmissionPolicy"}
+
+    ray = policies()["kubegang-gpu-routing-rayclusters"]["spec"]
+    assert ray["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": ["ray.io"], "apiVersions": ["v1"], "resources": ["rayclusters"], "operations": ["CREATE"]}]
+    assert "'kubegang.io/queue' in object.metadata.labels" in ray["matchConditions"][0]["expression"]
+    patch = ray["mutations"][0]["jsonPatch"]["expression"]
+    assert patch == '[JSONPatch{op: "add", path: "/spec/suspend", value: true}]'
+    assert set(policies("--set", "gpuRouting.rayClusters=false")) == {"kubegang-gpu-routing"}
 
 
 @pytest.mark.parametrize(("flag", "setting", "path"), [

@@ -101,7 +101,8 @@ def without_heartbeats(half: dict[str, Any]) -> float | None:
     total = api.get("writes_total")
     if total is None or not pods:
         return None
-    return round((total - (api.get("writes") or {}).get(HEARTBEATS, 0)) / pods, 2)
+    heartbeats = float((api.get("writes") or {}).get(HEARTBEATS, 0))
+    return round((float(total) - heartbeats) / float(pods), 2)
 
 
 def _fmt(v: Any) -> str:

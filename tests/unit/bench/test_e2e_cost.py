@@ -79,3 +79,21 @@ def test_a_profile_is_summarized_by_the_task_the_loop_ran() -> None:
     assert s["by_task"][1] == ["reactor/queueing.py:worker", 3, 0.3]
     assert s["by_task"][2][0] == "(outside a task) python3.11/selectors.py:select"
     assert s["kubegang_inclusive"] == [["operator/_kube.py:KubeApi.create", 6, 0.6]]
+
+
+def test_the_scale_page_states_kubegangs_share_of_a_cluster_of_128_core_nodes() -> None:
+    from bench.e2e import scale
+
+    out = run()
+    out["cluster"] = {"gpu_nodes": 1024}
+    out["kubegang"]["wall_s"] = 100.0
+    for p in out["kubegang"]["processes"].values():
+        p["peak_rss_mib"] = 100.0
+    out["kubegang_idle"] = {"seconds": 10.0, "processes": {"kubegang-operator-0": {"cpu_seconds": 0.5},
+                                                           "kube-apiserver": {"cpu_seconds": 3.0}}}
+    share = scale.own_share(out)
+    assert share["cluster_cores"] == 1024 * 128
+    assert share["idle_cpus"] == 0.05 and share["burst_cpus"] == 10.2 / 100.0
+    assert share["peak_rss_mib"] == 200.0           # the two operator replicas; the API server is not kubegang's
+    assert "| 1,024 | 0.050 | 3.8e-05% |" in scale.markdown([out])
+    assert scale.jobs_for(4096, 2000 / 1024, 2000) == 2000 and scale.jobs_for(256, 2000 / 1024, 2000) == 500

@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import httpx2
 import kopf
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
@@ -175,8 +176,11 @@ async def _resync_sources(client: AsyncClient, cache: ClusterCache) -> None:
             body = _as_dict(rc)
             cache.upsert_raycluster(body)
             seen.add((str(body["metadata"].get("namespace")), str(body["metadata"].get("name"))))
-    except ApiError as exc:
-        if exc.status.code != 404:  # 404: KubeRay is not installed, so there is no RayCluster
+    except (ApiError, httpx2.HTTPStatusError) as exc:
+        # 404: KubeRay is not installed, so there is no RayCluster. The API server answers an unknown
+        # group with a plain-text 404, which lightkube raises as httpx2's error, not as an ApiError.
+        code = exc.status.code if isinstance(exc, ApiError) else exc.response.status_code
+        if code != 404:
             raise
     for key in set(cache.rayclusters) - seen:
         cache.remove_raycluster(*key)

@@ -1,0 +1,166 @@
+"""Issue 17: gangs whose pods another controller makes, on the real control plane.
+
+A RayCluster labelled ``kubegang.io/queue`` and run by the real KubeRay operator v1.5 (hack/addons.py),
+and a pod group made by a real Deployment (kube-controller-manager's ReplicaSet controller), are held
+whole until kubegang admits them, then placed whole in one leaf by the extender onto the slots of the
+admission, matched by their labels. Nothing here creates the pods but their own controllers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from .conftest import tool
+
+Cluster = Any
+H100 = "NVIDIA-H100-80GB-HBM3"
+LEAF = "kubegang.io/leaf"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _queue(cluster: Cluster, name: str, namespace: str, gpus: int) -> None:
+    cluster.apply({"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUQueue", "metadata": {"name": name},
+                   "spec": {"namespaces": [namespace], "resources": [{"flavor": H100, "nominal": gpus}]}})
+
+
+def _pods(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    return [p for p in cluster.get_json("pods", "-n", namespace, "-l", selector)["items"]
+            if not p["metadata"].get("deletionTimestamp")]
+
+
+def _job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    found = cluster.kubectl("get", "gpujob", name, "-n", namespace, "-o", "json", check=False)
+    return json.loads(found.stdout) if found.returncode == 0 else None
+
+
+def _phase(cluster: Cluster, namespace: str, name: str) -> str | None:
+    job = _job(cluster, namespace, name)
+    return ((job or {}).get("status") or {}).get("phase")
+
+
+def _leaves(cluster: Cluster, pods: list[dict[str, Any]]) -> set[str]:
+    nodes = {n["metadata"]["name"]: n for n in cluster.get_json("nodes")["items"]}
+    return {nodes[p["spec"]["nodeName"]]["metadata"]["labels"].get(LEAF, "") for p in pods}
+
+
+def _why(cluster: Cluster, namespace: str, job: str) -> str:
+    env = {**cluster.env, "PATH": f"{REPO / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    proc = subprocess.run([tool("kubectl"), "gang", "why", job, "-n", namespace], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _held_whole(cluster: Cluster, namespace: str, selector: str, seconds: float = 6) -> None:
+    """For ``seconds``, no pod of the selector is bound (checked every half second)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert not [p["metadata"]["name"] for p in _pods(cluster, namespace, selector) if p["spec"].get("nodeName")]
+        time.sleep(0.5)
+
+
+def _container(name: str, gpus: int) -> dict[str, Any]:
+    resources: dict[str, Any] = {"requests": {"cpu": "1", "memory": "2Gi"}}
+    if gpus:
+        resources["limits"] = {"nvidia.com/gpu": gpus}
+    return {"name": name, "image": "rayproject/ray:2.46.0", "resources": resources}
+
+
+def test_a_ray_cluster_waits_whole_for_quota_then_starts_whole_in_one_leaf_and_frees_everything_on_delete(
+        cluster: Cluster, kubegang: Any, kuberay: dict[str, Any], namespace: str) -> None:
+    cluster.use_shape("superpod-h100")
+    queue = namespace
+    _queue(cluster, queue, namespace, 24)
+    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+          "metadata": {"name": "rc", "namespace": namespace, "labels": {"kubegang.io/queue": queue},
+                       "annotations": {"kubegang.io/topology-required": "leaf"}},
+          "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                       "containers": [_container("ray-head", 0)]}}},
+                   "workerGroupSpecs": [{"groupName": "gpu", "replicas": 4, "minReplicas": 4, "maxReplicas": 4,
+                                         "rayStartParams": {}, "template": {"spec": {
+                                             "containers": [_container("ray-worker", 8)]}}}]}}
+    try:
+        created = json.loads(cluster.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(rc)).stdout)
+        # The chart's policy suspended it on the way in: KubeRay makes no pod before kubegang admits it.
+        assert created["spec"]["suspend"] is True
+        cluster.wait_for("the GPUJob representing the RayCluster to wait for quota", lambda: _phase(
+            cluster, namespace, "raycluster-rc") == "Unschedulable", timeout=60)
+        job = _job(cluster, namespace, "raycluster-rc") or {}
+        assert (job["spec"]["replicas"], job["spec"]["podSource"]) == (4, {"kind": "RayCluster", "name": "rc"})
+        assert job["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
+        assert "can never hold 32" in job["status"]["reason"] + json.dumps(job["status"]["conditions"])
+        _held_whole(cluster, namespace, "ray.io/cluster=rc")
+        assert _pods(cluster, namespace, "ray.io/cluster=rc") == []  # not even the head
+        assert "32" in _why(cluster, namespace, "raycluster-rc")
+
+        _queue(cluster, queue, namespace, 32)
+        cluster.wait_for("the Ray cluster Running whole", lambda: _phase(
+            cluster, namespace, "raycluster-rc") == "Running", timeout=120)
+        pods = _pods(cluster, namespace, "ray.io/cluster=rc")
+        workers = [p for p in pods if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
+        assert len(pods) == 5 and len(workers) == 4
+        assert all(p["status"].get("phase") == "Running" for p in pods)
+        # Each worker went to the slot it was pinned to, all four under one leaf switch.
+        for p in workers:
+            assert p["spec"]["nodeName"] == p["metadata"]["annotations"]["kubegang.io/node"]
+        assert len(_leaves(cluster, workers)) == 1
+        placement = (_job(cluster, namespace, "raycluster-rc") or {})["status"]["placement"]
+        assert placement["level"] in ("node", "nvlink", "leaf") and len(placement["pods"]) == 4
+        used = cluster.get_json("gpuqueue", queue)["status"]
+        assert used["usedGPUs"] == 32
+
+        cluster.kubectl("delete", "raycluster", "rc", "-n", namespace)
+        cluster.wait_for("every pod gone and the GPUJob collected with the RayCluster", lambda: (
+            _pods(cluster, namespace, "ray.io/cluster=rc") == [] and _job(cluster, namespace, "raycluster-rc") is None),
+            timeout=90)
+        cluster.wait_for("the queue's GPUs given back", lambda: cluster.get_json(
+            "gpuqueue", queue)["status"].get("usedGPUs") == 0, timeout=30)
+    finally:
+        cluster.kubectl("delete", "raycluster", "--all", "-n", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
+
+
+def test_a_pod_group_from_a_deployment_binds_all_or_none(cluster: Cluster, kubegang: Any, namespace: str) -> None:
+    cluster.use_shape("superpod-h100")
+    queue = namespace
+    _queue(cluster, queue, namespace, 24)
+    labels = {"app": "workers", "kubegang.io/pod-group": "workers", "kubegang.io/group-size": "4",
+              "kubegang.io/queue": queue}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "workers", "namespace": namespace},
+                  "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "workers"}}, "template": {
+                      "metadata": {"labels": labels, "annotations": {"kubegang.io/topology-required": "leaf"}},
+                      "spec": {"terminationGracePeriodSeconds": 0, "containers": [{
+                          "name": "main", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}
+    selector = "kubegang.io/pod-group=workers"
+    try:
+        cluster.apply(deployment)
+        cluster.wait_for("the Deployment's 4 pods", lambda: len(_pods(cluster, namespace, selector)) == 4, timeout=60)
+        cluster.wait_for("the group's GPUJob to wait for quota", lambda: _phase(
+            cluster, namespace, "podgroup-workers") == "Unschedulable", timeout=60)
+        _held_whole(cluster, namespace, selector)  # 24 GPUs of quota for 32: none of the four binds
+        message = json.dumps(cluster.get_json("events", "-n", namespace, "--field-selector",
+                                              "involvedObject.kind=Pod")["items"])
+        assert "waits for kubegang to admit its gang (PodGroup workers)" in message
+
+        _queue(cluster, queue, namespace, 32)
+        cluster.wait_for("all four bound and Running", lambda: len(pods := _pods(cluster, namespace, selector)) == 4
+                         and all(p["status"].get("phase") == "Running" for p in pods), timeout=120)
+        pods = _pods(cluster, namespace, selector)
+        assert len(_leaves(cluster, pods)) == 1
+        assert sorted(int(p["metadata"]["labels"]["kubegang.io/replica-index"]) for p in pods) == [0, 1, 2, 3]
+        cluster.wait_for("the group's GPUJob Running", lambda: _phase(
+            cluster, namespace, "podgroup-workers") == "Running", timeout=60)
+
+        cluster.kubectl("delete", "deployment", "workers", "-n", namespace)
+        cluster.wait_for("the group's pods and then its GPUJob gone", lambda: (
+            _pods(cluster, namespace, selector) == [] and _job(cluster, namespace, "podgroup-workers") is None),
+            timeout=90)
+    finally:
+        cluster.kubectl("delete", "deployment", "--all", "-n", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)

@@ -1,0 +1,95 @@
+"""Ideas against the largest gangs' long waits, on tuning seeds: ``python -m bench.sim.try_large_waits``.
+
+Why: after the deeper backfill walk (``CycleSettings.max_rounds`` 64) kubegang was still behind
+``slurm-tree`` on the largest decile's p99 wait on the GB200 shape (docs/benchmarks.md). Slurm
+reserves nodes for its first 5 blocked jobs at once (by time limits); kubegang reserves for one job,
+and only after it has been blocked for ``BackfillPolicy.reserve_after_seconds`` (48 h), which the
+largest waits (about 25 h) never reach. Each idea is a ``BackfillPolicy`` for the production cycle,
+measured as paired differences to kubegang as the operator runs it, on *tuning* seeds
+(``bench._gangs.TUNING_SEED_BASE + 1 ...``, never the reported 1..10), with slurm-tree for reference.
+Prints a Markdown table (and writes it with ``--out FILE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repo root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench._gangs import TUNING_SEED_BASE
+from bench.sim import KubegangPolicy, Policy, SlurmTreeModel, benchmark_spec, for_cluster, load_cluster, simulate
+from bench.sim._stats import paired
+from kubegang.quota import BackfillPolicy
+
+HOUR = 3600.0
+FIELDS = (("alloc_arrivals", "alloc (arrivals), points", 100.0), ("queue_delay_p95_h", "p95 delay h", 1.0),
+          ("makespan_h", "makespan h", 1.0), ("large_wait_p99_h", "large p99 h", 1.0))
+IDEAS: dict[str, Callable[[], Policy]] = {
+    "reserve after 12 h": lambda: KubegangPolicy(backfill=BackfillPolicy(reserve_after_seconds=12 * HOUR)),
+    "reserve after 4 h": lambda: KubegangPolicy(backfill=BackfillPolicy(reserve_after_seconds=4 * HOUR)),
+    "5 reservations after 12 h": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(reserve_after_seconds=12 * HOUR, max_reservations=5)),
+    "5 reservations after 48 h": lambda: KubegangPolicy(backfill=BackfillPolicy(max_reservations=5)),
+}
+
+
+def run(rows: list[tuple[str, str, int]], jobs: int, ideas: list[str]) -> list[dict[str, Any]]:
+    """Every policy on each (shape, workload, seeds) row; one dict per run."""
+    out: list[dict[str, Any]] = []
+    policies: dict[str, Callable[[], Policy]] = {"kubegang": KubegangPolicy, "slurm-tree": SlurmTreeModel,
+                                                 **{name: IDEAS[name] for name in ideas}}
+    for shape, workload, seeds in rows:
+        cluster = load_cluster(shape)
+        for seed in range(TUNING_SEED_BASE + 1, TUNING_SEED_BASE + 1 + seeds):
+            work = for_cluster(benchmark_spec(workload, jobs, seed), cluster)
+            for name, factory in policies.items():
+                t0 = time.perf_counter()
+                metrics = simulate(factory(), cluster, work, seed=seed).metrics
+                out.append({"shape": shape, "workload": workload, "seed": seed, "policy": name, "metrics": metrics})
+                print(f"{shape} {workload} seed {seed} {name}: {time.perf_counter() - t0:.1f}s", flush=True)
+    return out
+
+
+def render(runs: list[dict[str, Any]]) -> str:
+    lines = ["| shape / workload | policy | " + " | ".join(label for _, label, _ in FIELDS) + " |",
+             "|---|---|" + "---:|" * len(FIELDS)]
+    keys = list(dict.fromkeys((r["shape"], r["workload"]) for r in runs))
+    for shape, workload in keys:
+        sel = [r for r in runs if (r["shape"], r["workload"]) == (shape, workload)]
+        base = sorted((r for r in sel if r["policy"] == "kubegang"), key=lambda r: r["seed"])
+        for name in dict.fromkeys(r["policy"] for r in sel if r["policy"] != "kubegang"):
+            other = sorted((r for r in sel if r["policy"] == name), key=lambda r: r["seed"])
+            cells = []
+            for field, _, scale in FIELDS:
+                iv = paired([getattr(r["metrics"], field) for r in other], [getattr(r["metrics"], field) for r in base])
+                cells.append(f"{iv.mean * scale:+.2f} ± {iv.half * scale:.2f}")
+            lines.append(f"| {shape} / {workload} ({len(base)} seeds) | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=800, help="Kalos jobs per run (Philly: twice as many)")
+    parser.add_argument("--kalos-seeds", type=int, default=10)
+    parser.add_argument("--philly-seeds", type=int, default=5)
+    parser.add_argument("--ideas", nargs="*", default=list(IDEAS), choices=list(IDEAS))
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    rows = [("gb200-nvl72", "kalos", args.kalos_seeds), ("gb200-nvl72", "philly", args.philly_seeds)]
+    start = time.perf_counter()
+    text = render(run([r for r in rows if r[2] > 0], args.jobs, args.ideas))
+    text += f"\n{time.perf_counter() - start:.0f} s; differences are the row's policy minus kubegang, paired by seed.\n"
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

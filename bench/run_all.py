@@ -6,14 +6,20 @@ Runs, on the production core (kubegang.placement / quota / preemption / topology
    for kubegang and our Random / Best-fit re-implementations, against the paper's published curves;
 2. generated multi-node gang workloads (Kalos-like, Philly-like) on the ``superpod-h100`` and
    ``gb200-nvl72`` shapes under every policy of ``bench.sim.POLICIES``, over seeds, with the
-   metrics of ``bench.sim._metrics`` and 95% intervals (``bench._gangs``).
+   metrics of ``bench.sim._metrics`` and 95% intervals (``bench._gangs``);
+3. the seed's short-job sweep (500 one-GPU trials through one queue beside training gangs), kubegang's
+   production admission cycle against plain kube-scheduler pods, each start path modelled
+   (``bench._sweep``, ``bench.sim._sweep``);
+4. the cost curve: ``plan`` p99 by node count and admission decisions/s by queued jobs and nodes
+   (``bench.scale``).
 
 Writes every artefact under ``--out DIR`` (default docs/): ``DIR/benchmarks.md`` (tables, machine,
 versions, seeds, wall times), the PNGs in ``DIR/benchmarks/`` and the raw figures of every run, per
 seed, in ``DIR/benchmarks/results.json``. Nothing is written outside DIR, so a run into a scratch
 folder leaves the committed page alone. The end-to-end section is read from docs/benchmarks-e2e.md
 (an input, written by ``bench.e2e.run``) when it exists.
-``--quick`` runs a small configuration (one openb seed, two gang seeds, fewer jobs) in about a minute.
+``--quick`` runs a small configuration (one openb seed, two gang seeds, fewer jobs, two sweep seeds of
+100 trials, the reduced scale grid) in a few minutes.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ import matplotlib.pyplot as plt
 
 from bench import _gangs as gangs
 from bench import _locality as locality
+from bench import _sweep as sweep
+from bench import scale
 from bench.sim import _openb as openb
 from bench.sim import load_cluster
 
@@ -135,7 +143,7 @@ def e2e_lines() -> list[str]:
 
 
 def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace,
-           log: list[str], wall: float) -> str:
+           log: list[str], wall: float, sweep_rows: list[dict[str, Any]], scale_data: dict[str, Any]) -> str:
     versions = {p: importlib.metadata.version(p) for p in ("kubegang", "numpy", "matplotlib")}
     lines = [
         "# Benchmarks",
@@ -146,8 +154,10 @@ def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argpars
         "Regenerate everything on this page with one command from the repository root:",
         "",
         "```sh",
-        f".venv/bin/python -m bench.run_all            # full: 10 openb seeds; 10 gang seeds of {FULL_JOBS} jobs",
-        f".venv/bin/python -m bench.run_all --quick    # small: 1 openb seed; 2 gang seeds of {QUICK_JOBS} jobs",
+        f".venv/bin/python -m bench.run_all            # full: 10 openb seeds; 10 gang seeds of {FULL_JOBS} jobs; "
+        "10 sweep seeds of 500 trials; scale to 20k nodes, 100k queued jobs",
+        f".venv/bin/python -m bench.run_all --quick    # small: 1 openb seed; 2 gang seeds of {QUICK_JOBS} jobs; "
+        "2 sweep seeds of 100 trials; scale to 5k nodes, 10k jobs",
         ".venv/bin/python -m bench.run_all --out DIR  # every artefact under DIR instead of docs/",
         "```",
         "",
@@ -163,7 +173,9 @@ def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argpars
         "figures: `benchmarks/results.json` beside this page.",
         "",
         f"Run: {'quick' if args.quick else 'full'}; openb seeds {args.openb_seeds}; gang seeds "
-        f"{args.gang_seed_list[0]}..{args.gang_seed_list[-1]}, {args.jobs} Kalos jobs per run. "
+        f"{args.gang_seed_list[0]}..{args.gang_seed_list[-1]}, {args.jobs} Kalos jobs per run; sweep seeds "
+        f"{args.sweep_seed_list[0]}..{args.sweep_seed_list[-1]} of {args.sweep_trials} trials; scale grid "
+        f"{scale_data['grid_name']}. "
         f"Machine: {os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), "
         f"{platform.platform()}, Python {platform.python_version()}; "
         + ", ".join(f"{k} {v}" for k, v in versions.items()) + f". Total wall time {wall / 60:.1f} min.",
@@ -212,17 +224,21 @@ def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argpars
     lines += gangs.render(rows, args.gang_seed_list, args.jobs)
     lines += locality.gang_lines(rows)
     lines += ["## 3. End to end on the local control plane", "", *e2e_lines(), ""]
+    lines += sweep.render(sweep_rows, args.sweep_seed_list)
+    lines += scale.render(scale_data)
     lines += ["## Run log", "", "```", *log, "```", ""]
     return "\n".join(lines)
 
 
 def write_results(path: Path, openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace,
-                  wall: float) -> None:
+                  wall: float, sweep_rows: list[dict[str, Any]], scale_data: dict[str, Any]) -> None:
     """The raw figures of every run (openb curves per seed, every gang run's metrics per seed, and
-    their means with 95% half-widths) as strict JSON."""
+    their means with 95% half-widths, every sweep run per seed, every scale point) as strict JSON."""
     data = {"run": {"quick": args.quick, "openb_seeds": args.openb_seeds, "jobs": args.jobs,
-                    "gang_seeds": args.gang_seed_list, "wall_s": wall},
-            "openb": openb_data, "gangs": gangs.raw(rows), "gang_summary": gangs.summary(rows)}
+                    "gang_seeds": args.gang_seed_list, "sweep_seeds": args.sweep_seed_list,
+                    "sweep_trials": args.sweep_trials, "wall_s": wall},
+            "openb": openb_data, "gangs": gangs.raw(rows), "gang_summary": gangs.summary(rows),
+            "sweep": sweep_rows, "scale": scale_data}
     path.write_text(json.dumps(_plain(data), indent=1, allow_nan=False) + "\n")
 
 
@@ -250,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DOCS,
                         help="directory for every artefact: benchmarks.md, benchmarks/*.png, benchmarks/results.json"
                              " (default docs/)")
+    parser.add_argument("--sweep-seeds", type=int, default=None,
+                        help="short-job sweep seeds 1..N (default 10, quick 2)")
+    parser.add_argument("--sweep-trials", type=int, default=None, help=argparse.SUPPRESS)  # tests: fewer trials
+    parser.add_argument("--scale-grid", choices=tuple(scale.GRIDS), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--openb-nodes", type=int, default=None, help=argparse.SUPPRESS)  # tests: a subset
     parser.add_argument("--openb-tasks", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -257,24 +277,30 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--out is a directory now (benchmarks.md is written inside it), got {args.out}")
     seeds = args.seeds if args.seeds is not None else (1 if args.quick else 10)
     gang_seeds = args.gang_seeds if args.gang_seeds is not None else (2 if args.quick else 10)
-    for flag, value in (("--seeds", seeds), ("--gang-seeds", gang_seeds), ("--jobs", args.jobs or 1)):
+    sweep_seeds = args.sweep_seeds if args.sweep_seeds is not None else (2 if args.quick else 10)
+    args.sweep_trials = args.sweep_trials if args.sweep_trials is not None else (100 if args.quick else 500)
+    for flag, value in (("--seeds", seeds), ("--gang-seeds", gang_seeds), ("--jobs", args.jobs or 1),
+                        ("--sweep-seeds", sweep_seeds), ("--sweep-trials", args.sweep_trials)):
         if value < 1:
             parser.error(f"{flag} must be at least 1, got {value}")
     args.jobs = args.jobs if args.jobs is not None else (QUICK_JOBS if args.quick else FULL_JOBS)
     args.openb_seeds = f"1..{seeds}"
     args.gang_seed_list = list(range(1, gang_seeds + 1))
+    args.sweep_seed_list = list(range(1, sweep_seeds + 1))
     plots = args.out / PLOTS_DIR
     plots.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
     start = time.perf_counter()
     openb_data = run_openb(list(range(1, seeds + 1)), openb.WORKLOADS, log, args.openb_nodes, args.openb_tasks)
     rows = gangs.run(args.gang_seed_list, args.jobs, log, priority=args.priority)
+    sweep_rows = sweep.run(args.sweep_seed_list, log, args.sweep_trials)
+    scale_data = scale.run(args.scale_grid or ("quick" if args.quick else "full"), log)
     plot_openb(openb_data, plots)
     gangs.plot(rows, plots)
     wall = time.perf_counter() - start
     page = args.out / "benchmarks.md"
-    page.write_text(render(openb_data, rows, args, log, wall))
-    write_results(plots / RESULTS, openb_data, rows, args, wall)
+    page.write_text(render(openb_data, rows, args, log, wall, sweep_rows, scale_data))
+    write_results(plots / RESULTS, openb_data, rows, args, wall, sweep_rows, scale_data)
     print(f"wrote {page}, {plots}/*.png and {plots / RESULTS} in {wall:.0f}s")
     return 0
 

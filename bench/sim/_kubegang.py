@@ -212,16 +212,27 @@ class KubegangPolicy:
         return None
 
     def schedule(self, now: float) -> Step:
-        self.now = now
-        self._step = Step()
+        step = Step()
         for _ in range(MAX_CYCLES_PER_PASS):
             if not self.waiting_jobs:
                 break
-            entries = run_sync(
-                self.cycle.schedule(list(self.waiting_jobs.values()), holds_pods=lambda uid: False), self._answer)
-            if not any(e.result in (AdmitResult.ADMITTED, AdmitResult.PREEMPTING) for e in entries):
+            one, changed = self.run_cycle(now)
+            step.started += one.started
+            step.evicted += one.evicted
+            if not changed:
                 break
-        return self._step
+        return step
+
+    def run_cycle(self, now: float) -> tuple[Step, bool]:
+        """One production cycle at ``now``: what it admitted and evicted, and whether it admitted or
+        preempted anything (the operator's loop runs the next cycle at once only then). A driver that
+        models the operator's timing (``bench.sim._sweep``) calls this once per loop step."""
+        self.now = now
+        self._step = Step()
+        entries = run_sync(
+            self.cycle.schedule(list(self.waiting_jobs.values()), holds_pods=lambda uid: False), self._answer)
+        changed = any(e.result in (AdmitResult.ADMITTED, AdmitResult.PREEMPTING) for e in entries)
+        return self._step, changed
 
     def _answer(self, effect: Effect[_SimJob, Placement]) -> Any:
         """The simulated cluster's answer to one effect of the cycle (the extender's and the API's part)."""

@@ -12,12 +12,15 @@ from bench import run_all
 
 def _tiny(out: Path) -> list[str]:
     return ["--seeds", "1", "--gang-seeds", "2", "--jobs", "20", "--openb-nodes", "50", "--openb-tasks", "400",
-            "--out", str(out)]
+            "--sweep-seeds", "2", "--sweep-trials", "20", "--scale-grid", "tiny", "--out", str(out)]
+
+
+def _mtimes(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*")}
 
 
 def test_every_artefact_lands_under_out_and_the_committed_plots_are_untouched(tmp_path: Path) -> None:
-    committed = run_all.DOCS / run_all.PLOTS_DIR
-    before = {p.name: p.stat().st_mtime_ns for p in committed.glob("*")}
+    before = _mtimes(run_all.DOCS)
     assert run_all.main(_tiny(tmp_path)) == 0
     page = (tmp_path / "benchmarks.md").read_text()
     plots = tmp_path / run_all.PLOTS_DIR
@@ -26,7 +29,10 @@ def test_every_artefact_lands_under_out_and_the_committed_plots_are_untouched(tm
     raw = json.loads((plots / run_all.RESULTS).read_text())
     assert raw["gangs"] and all("metrics" in row for row in raw["gangs"])
     assert raw["openb"]["workloads"]["default"]["runs"]["kubegang"]["curves"]  # per-seed curves
-    assert {p.name: p.stat().st_mtime_ns for p in committed.glob("*")} == before
+    assert [row["seed"] for row in raw["sweep"] if row["system"] == "kubegang"] == [1, 2, 1, 2]  # per seed, 2 variants
+    assert raw["scale"]["plan"] and raw["scale"]["queue"] and raw["scale"]["nodes"]
+    assert "## 4. The short-job sweep" in page and "## 5. Cost as the work grows" in page
+    assert _mtimes(run_all.DOCS) == before  # nothing under docs/ (page, plots, raw results) was touched
 
 
 def test_a_markdown_file_as_out_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -149,6 +149,8 @@ class KueueRecorder:
         self.t0 = t0
         self.created: dict[str, float] = {}
         self.admitted: dict[str, float] = {}
+        self.unsuspended: dict[str, float] = {}
+        """When Kueue cleared the Job's ``suspend`` (after admission; the Job controller then makes pods)."""
         self.started: dict[str, float] = {}
         self.waiting: dict[str, str] = {}
         """Workloads not admitted: the message of their last condition that is True."""
@@ -175,6 +177,8 @@ class KueueRecorder:
         at, _, obj = event
         name = obj["metadata"]["name"]
         self.created.setdefault(name, at - self.t0)
+        if (obj.get("spec") or {}).get("suspend") is False:
+            self.unsuspended.setdefault(name, at - self.t0)
         status, want = obj.get("status") or {}, int((obj.get("spec") or {}).get("parallelism") or 0)
         if want and int(status.get("ready") or 0) + int(status.get("succeeded") or 0) >= want:
             self.started.setdefault(name, at - self.t0)
@@ -238,6 +242,7 @@ def run_kueue(target: harness.Target, jobs: Sequence[BenchJob], namespace: str, 
         "topology_levels": [key for _, key in levels], "topology_annotations": annotations,
         "jobs_created": rate(list(kq.created.values()), len(docs)),
         "jobs_admitted": rate(list(kq.admitted.values()), len(docs)),
+        "jobs_unsuspended": rate(list(kq.unsuspended.values()), len(docs)),
         "jobs_started": rate(list(kq.started.values()), len(docs)),
         "pods_created": rate([p.created for p in pods], n_pods),
         "pods_bound": rate([p.bound for p in live if p.bound is not None], n_pods),

@@ -45,6 +45,8 @@ def _values(rows: list[dict[str, Any]], variant: str, system: str, field: str) -
 
 
 def _ci(iv: Interval, digits: int = 2) -> str:
+    if iv.mean != iv.mean:
+        return "n/a"
     return f"{iv.mean:.{digits}f}" + ("" if iv.half != iv.half else f" ± {iv.half:.{digits}f}")
 
 

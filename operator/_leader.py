@@ -183,11 +183,20 @@ class LeaderElector:
         # Counted from before the request: the Lease was renewed no earlier than that.
         self._valid_until = started + self.renew_deadline_seconds
 
+    def attempt_timeout(self) -> float:
+        """How long one acquire-or-renew may take: a leader's renewal may use what is left of its renew
+        deadline (client-go bounds its renew loop by the deadline, not each try by the retry period),
+        so an API server that answers in 3 s under load does not cost the Lease; a standby's try, the
+        retry period. The fence is the deadline itself (``holds``), whatever an attempt takes."""
+        if not self.leading.is_set():
+            return self.retry_period_seconds
+        return max(self.retry_period_seconds, self._valid_until - self.monotonic())
+
     async def run(self) -> None:
         """Campaign forever: renew while leading, retry while not. Cancel to stop."""
         while True:
             try:
-                ok = await asyncio.wait_for(self.try_acquire_or_renew(), timeout=self.retry_period_seconds)
+                ok = await asyncio.wait_for(self.try_acquire_or_renew(), timeout=self.attempt_timeout())
             except Exception as exc:  # cannot tell: not a renewal, and the deadline decides
                 log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
                 ok = False

@@ -11,10 +11,11 @@ deadline writes nothing (``NotLeading``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx2
@@ -35,6 +36,12 @@ GPUJobResource = create_namespaced_resource("kubegang.io", "v1alpha1", "GPUJob",
 GPUQueueResource = create_global_resource("kubegang.io", "v1alpha1", "GPUQueue", "gpuqueues")
 RayClusterResource = create_namespaced_resource("ray.io", "v1", "RayCluster", "rayclusters")
 FIELD_MANAGER = "kubegang-operator"
+
+MAX_IN_FLIGHT = 20
+"""API calls under way at once: as many as the HTTP client keeps alive (httpx's default pool keeps 20),
+so a 64-pod gang does not open connections beyond the pool that are closed after one call: in a
+500-job burst a fifth of the leader's pod-creation CPU was TLS handshakes of such connections (py-spy),
+and each one cost the API server a handshake too."""
 
 _KINDS: dict[str, Any] = {"Pod": Pod, "Service": Service, "ConfigMap": ConfigMap, "GPUJob": GPUJobResource,
                           "RayCluster": RayClusterResource}
@@ -102,9 +109,10 @@ class KubeApi:
     """KubePort over lightkube."""
 
     def __init__(self, client: AsyncClient, limiter: RateLimiter, *, component: str = "kubegang-operator",
-                 fence: Callable[[], bool] = lambda: True) -> None:
+                 fence: Callable[[], bool] = lambda: True, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self.client = client
         self.limiter = limiter
+        self._in_flight = asyncio.Semaphore(max_in_flight)
         self.component = component
         self.instance = f"{component}-{uuid.uuid4().hex[:8]}"
         self.fence = fence
@@ -115,35 +123,44 @@ class KubeApi:
             metrics.FENCED_WRITES.inc()
             raise NotLeading(f"not leading any more: {what} not sent")
 
+    @contextlib.asynccontextmanager
+    async def _sending(self, what: str) -> AsyncIterator[None]:
+        """One of at most ``max_in_flight`` calls under way; the fence is asked once it may go out,
+        so a call that waited for its turn is not sent by a replica that stopped leading meanwhile."""
+        async with self._in_flight:
+            self._fenced(what)
+            yield
+
     async def create(self, manifest: Mapping[str, Any]) -> bool:
         await self.limiter.acquire()
-        self._fenced(f"create {manifest.get('kind')} {manifest.get('metadata', {}).get('name')}")
-        try:
-            await self.client.create(codecs.from_dict(dict(manifest)))
-        except ApiError as exc:
-            if exc.status.code == 409:
-                return False
-            raise
+        async with self._sending(f"create {manifest.get('kind')} {manifest.get('metadata', {}).get('name')}"):
+            try:
+                await self.client.create(codecs.from_dict(dict(manifest)))
+            except ApiError as exc:
+                if exc.status.code == 409:
+                    return False
+                raise
         return True
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         await self.limiter.acquire()
-        self._fenced(f"delete {kind} {namespace}/{name}")
-        try:
-            await self.client.delete(_KINDS[kind], name, namespace=namespace)
-        except ApiError as exc:
-            if exc.status.code != 404:
-                raise
+        async with self._sending(f"delete {kind} {namespace}/{name}"):
+            try:
+                await self.client.delete(_KINDS[kind], name, namespace=namespace)
+            except ApiError as exc:
+                if exc.status.code != 404:
+                    raise
 
     async def patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
         await self.limiter.acquire()
-        self._fenced(f"patch {kind} {namespace}/{name}")
-        try:
-            await self.client.patch(_KINDS[kind], name, dict(patch), namespace=namespace, patch_type=PatchType.MERGE)
-        except ApiError as exc:
-            if exc.status.code == 404:
-                return False
-            raise
+        async with self._sending(f"patch {kind} {namespace}/{name}"):
+            try:
+                await self.client.patch(_KINDS[kind], name, dict(patch), namespace=namespace,
+                                        patch_type=PatchType.MERGE)
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    return False
+                raise
         return True
 
     async def reserve_background(self) -> None:
@@ -154,21 +171,21 @@ class KubeApi:
     ) -> str | None:
         if not prepaid:
             await self.limiter.acquire()
-        self._fenced(f"status of {job.key}")
-        body: dict[str, Any] = {"status": dict(patch)}
-        if resource_version:
-            # A merge patch that names a resourceVersion is a precondition: 409 if the job moved on.
-            body["metadata"] = {"resourceVersion": resource_version}
-        written = await self.client.patch(
-            GPUJobResource.Status, job.name, body, namespace=job.namespace, patch_type=PatchType.MERGE
-        )
+        async with self._sending(f"status of {job.key}"):
+            body: dict[str, Any] = {"status": dict(patch)}
+            if resource_version:
+                # A merge patch that names a resourceVersion is a precondition: 409 if the job moved on.
+                body["metadata"] = {"resourceVersion": resource_version}
+            written = await self.client.patch(
+                GPUJobResource.Status, job.name, body, namespace=job.namespace, patch_type=PatchType.MERGE
+            )
         meta = getattr(written, "metadata", None)
         return str(meta.resourceVersion) if meta is not None and meta.resourceVersion else None
 
     async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
         await self.limiter.acquire(background=True)
-        self._fenced(f"status of GPUQueue {name}")
-        await self.client.patch(GPUQueueResource.Status, name, {"status": dict(patch)}, patch_type=PatchType.MERGE)
+        async with self._sending(f"status of GPUQueue {name}"):
+            await self.client.patch(GPUQueueResource.Status, name, {"status": dict(patch)}, patch_type=PatchType.MERGE)
 
     async def event(self, job: JobView, reason: str, message: str, *, warning: bool = False) -> None:
         await self.event_on({"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob", "name": job.name,
@@ -195,8 +212,8 @@ class KubeApi:
         }
         try:
             await self.limiter.acquire(background=True)
-            self._fenced(f"event {reason} on {namespace}/{name}")
-            await self.client.create(codecs.from_dict(manifest))
+            async with self._sending(f"event {reason} on {namespace}/{name}"):
+                await self.client.create(codecs.from_dict(manifest))
         except Exception as exc:
             # Events are for humans; losing one must not undo a scheduling decision.
             log.warning("could not record event %s on %s %s/%s: %s", reason, involved.get("kind"), namespace,

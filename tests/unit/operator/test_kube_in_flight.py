@@ -1,0 +1,66 @@
+"""KubeApi keeps at most ``max_in_flight`` calls under way (the HTTP pool's keep-alive size, so a
+64-pod gang opens no connection that is closed after one call), and a call that waited for its turn
+asks the leader's fence when it goes out, not when it started waiting."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from kubegang.operator._kube import KubeApi, RateLimiter
+from kubegang.operator._leader import NotLeading
+
+
+class SlowClient:
+    """Counts calls under way; each takes until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.under_way = 0
+        self.most = 0
+        self.sent = 0
+        self.release = asyncio.Event()
+
+    async def create(self, obj: Any) -> Any:
+        self.under_way += 1
+        self.most = max(self.most, self.under_way)
+        self.sent += 1
+        try:
+            await self.release.wait()
+        finally:
+            self.under_way -= 1
+        return obj
+
+
+def pod(i: int) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{i}", "namespace": "ns"}}
+
+
+async def test_no_more_than_max_in_flight_calls_are_under_way() -> None:
+    client = SlowClient()
+    kube = KubeApi(client, RateLimiter(qps=10_000, burst=1_000), max_in_flight=4)  # type: ignore[arg-type]
+    calls = [asyncio.create_task(kube.create(pod(i))) for i in range(64)]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert client.under_way == 4
+    client.release.set()
+    assert all(await asyncio.gather(*calls))
+    assert client.most == 4 and client.sent == 64
+
+
+async def test_a_call_that_waited_for_its_turn_is_fenced_when_it_goes_out() -> None:
+    client = SlowClient()
+    leading = [True]
+    kube = KubeApi(client, RateLimiter(qps=10_000, burst=1_000), fence=lambda: leading[0],  # type: ignore[arg-type]
+                   max_in_flight=1)
+    first = asyncio.create_task(kube.create(pod(0)))
+    waiting = asyncio.create_task(kube.create(pod(1)))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    leading[0] = False                 # the Lease is lost while the second call waits for a slot
+    client.release.set()
+    assert await first
+    with pytest.raises(NotLeading):
+        await waiting
+    assert client.sent == 1

@@ -91,9 +91,11 @@ class Watch:
         if not self._ready.wait(timeout):
             raise TimeoutError(f"watch {self._path} did not start within {timeout:.0f}s: {self.errors}")
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the stream to end and wait up to ``timeout`` for it; a stream with nothing to say ends
+        at its next event or at the server's timeoutSeconds, so 0 leaves it to end by itself."""
         self._stop.set()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=timeout)
 
     def _relist(self) -> str:
         items, rv = list_items(self._api, self._path)

@@ -29,7 +29,6 @@ A source kubegang cannot count gets no GPUJob and a Warning Event on itself that
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +49,7 @@ from kubegang.api import (
     pod_group_member,
     pod_spec_requests,
     ray_cluster_gang,
+    source_job_name,
 )
 from kubegang.operator._cache import HOLDING_PHASES, ClusterCache, SourceKey
 from kubegang.operator._job import JobView
@@ -70,16 +70,7 @@ GROUP_GONE_SECONDS = 10.0
 """A pod group's GPUJob is deleted once the group has had no pod for this long: long enough for a
 controller to make the pods of a group anew after kubegang deleted them (a requeue)."""
 PRODUCT_LABEL = "nvidia.com/gpu.product"
-_PREFIX = {PodSourceKind.RAY_CLUSTER: "raycluster", PodSourceKind.POD_GROUP: "podgroup"}
 _FINISHED = ("Succeeded", "Failed")
-
-
-def source_job_name(kind: PodSourceKind, name: str) -> str:
-    """The name of the GPUJob that represents a source (``raycluster-<name>``, ``podgroup-<name>``)."""
-    full = f"{_PREFIX[kind]}-{name}"
-    if len(full) <= 253:
-        return full
-    return f"{full[:240]}-{hashlib.sha256(full.encode()).hexdigest()[:12]}"
 
 
 def _live(pod: Mapping[str, Any]) -> bool:

@@ -20,6 +20,7 @@ Pure: reads JSON as a watch delivers it.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,28 @@ SOURCE_NAME_LABEL = "kubegang.io/source-name"
 """On such a GPUJob: the source's name."""
 
 _MAX_GROUP = 10_000
+
+
+_PREFIX = {PodSourceKind.RAY_CLUSTER: "raycluster", PodSourceKind.POD_GROUP: "podgroup"}
+
+
+def source_job_name(kind: PodSourceKind, name: str) -> str:
+    """The name of the GPUJob that represents a source (``raycluster-<name>``, ``podgroup-<name>``)."""
+    full = f"{_PREFIX[kind]}-{name}"
+    if len(full) <= 253:
+        return full
+    return f"{full[:240]}-{hashlib.sha256(full.encode()).hexdigest()[:12]}"
+
+
+def job_name_of(reference: str) -> str:
+    """The GPUJob name a user means: ``raycluster/NAME`` and ``podgroup/NAME`` name the job that represents
+    that source (``kubectl gang why raycluster/rc``); anything else is a GPUJob's own name."""
+    kind, _, name = reference.partition("/")
+    kinds = {"raycluster": PodSourceKind.RAY_CLUSTER, "rayclusters": PodSourceKind.RAY_CLUSTER,
+             "podgroup": PodSourceKind.POD_GROUP, "podgroups": PodSourceKind.POD_GROUP}
+    if name and kind.lower() in kinds:
+        return source_job_name(kinds[kind.lower()], name)
+    return reference
 
 
 def source_selector(kind: PodSourceKind, name: str) -> dict[str, str]:

@@ -96,7 +96,7 @@ def test_a_ray_cluster_waits_whole_for_quota_then_starts_whole_in_one_leaf_and_f
         assert "can never hold 32" in job["status"]["reason"] + json.dumps(job["status"]["conditions"])
         _held_whole(cluster, namespace, "ray.io/cluster=rc")
         assert _pods(cluster, namespace, "ray.io/cluster=rc") == []  # not even the head
-        assert "32" in _why(cluster, namespace, "raycluster-rc")
+        assert "32" in _why(cluster, namespace, "raycluster/rc")  # the RayCluster by its own name
 
         _queue(cluster, queue, namespace, 32)
         cluster.wait_for("the Ray cluster Running whole", lambda: _phase(

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubegang.api import source_job_name
 from kubegang.extender._pods import pod_demand
 from kubegang.extender._wire import Pod
 from kubegang.operator._conditions import Phase
-from kubegang.operator._sources import GROUP_GONE_SECONDS, SourceBridge, source_job_name
+from kubegang.operator._sources import GROUP_GONE_SECONDS, SourceBridge
 from kubegang.operator._types import WaitReason
 from kubegang.podcontract import ADMISSION_GATE, JOB_UID_LABEL, NODE_ANNOTATION, POD_INDEX_LABEL
 

@@ -232,7 +232,7 @@ def run_kueue(target: harness.Target, jobs: Sequence[BenchJob], namespace: str, 
     after = procstats.sample_cluster(target.cluster_dir)
     requests = harness.apiserver_window(requests_before, harness.apiserver_requests(target), len(docs), n_pods)
     for w in watches:
-        w.stop()
+        w.stop(timeout=0)  # nothing they read after this counts; idle streams end by themselves
     pods = rec.pod_list()
     live = [p for p in pods if p.deleted is None]
     not_admitted = sorted(set(kq.created) - set(kq.admitted))

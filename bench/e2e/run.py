@@ -127,6 +127,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile", type=Path, default=None, metavar="DIR",
                    help="py-spy profiles of kubegang's processes during the kubegang half, into DIR")
     p.add_argument("--note", default="", help="a sentence for the report (e.g. why the run was scaled down)")
+    p.add_argument("--discussion", default=None, metavar="TEXT",
+                   help="with --render: what the figures mean, written after reading them, kept in the results")
+    p.add_argument("--render", action="store_true",
+                   help="run nothing: write the doc again from --results (adding --discussion when given)")
     p.add_argument("--results", type=Path, default=None, help="default bench/e2e/results[-contended].json")
     p.add_argument("--doc", type=Path, default=None, help="default docs/benchmarks-e2e[-contended].md")
     args = p.parse_args(argv)
@@ -139,6 +143,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render:
+        saved: dict[str, Any] = json.loads(args.results.read_text())
+        if args.discussion is not None:
+            saved["discussion"] = args.discussion
+            args.results.write_text(json.dumps(saved, indent=2) + "\n")
+        args.doc.write_text(report.markdown(saved))
+        print(f"[bench] wrote {args.doc} from {args.results}", file=sys.stderr)
+        return 0
     n_jobs = args.jobs
     shape = args.shape or ("superpod-h100" if args.quick else "bench-1024")
     cluster_dir = args.cluster_dir.resolve()

@@ -179,7 +179,8 @@ def section(out: dict[str, Any]) -> list[str]:
         "## Cost per job and per pod (issue 14)",
         "",
         "On two shared CPUs throughput follows CPU per pod: the kubegang path can bind pods at 0.9x plain "
-        "kube-scheduler's rate only if, all processes together, it spends about as much CPU per pod.",
+        "kube-scheduler's rate only if, all processes together, it spends about as much CPU per pod. "
+        "Where that CPU goes and what was changed for it: [benchmarks-e2e-analysis.md](benchmarks-e2e-analysis.md).",
         "",
         cpu_table(out),
         "",

@@ -155,6 +155,8 @@ def kueue_ahead(out: dict[str, Any]) -> list[str]:
     for name, (kg, kq, _) in comparison_rows(out):
         if not isinstance(kg, int | float) or not isinstance(kq, int | float):
             continue
+        if _fmt(kq) == _fmt(kg):
+            continue  # equal as the table shows them
         if (name in HIGHER_IS_BETTER and kq > kg) or (name in LOWER_IS_BETTER and kq < kg):
             why = WHY_KUEUE_AHEAD.get(name, "no structural reason known; see the discussion below the tables")
             ahead.append(f"{name}: Kueue {_fmt(kq)}, kubegang {_fmt(kg)} ({why})")

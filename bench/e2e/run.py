@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         # The API server deletes a collection one object at a time (--delete-collection-workers=1):
         # 5,000 pods on a busy 2-core machine outlast a fixed 300 s.
         cleanup_s = 300 + 0.2 * out["workload"]["pods"]
+        if (cluster_dir / "kueue.json").exists():
+            hack(cluster_dir, "addon", "kueue", "down")  # a reused cluster's Kueue would watch every half
         if "plain" in args.only:
             if (cluster_dir / "kubegang.json").exists():
                 hack(cluster_dir, "kubegang", "down")  # the baseline runs without the extender

@@ -243,6 +243,9 @@ def markdown(out: dict[str, Any]) -> str:
            " The contended variant (a burst of 1.5x the cluster, jobs that finish) is in "
            "[benchmarks-e2e-contended.md](benchmarks-e2e-contended.md)."),
         "",
+        "The short-job sweep (1-GPU trials beside training gangs, overhead against plain pods) is in "
+        "[benchmarks-sweep.md](benchmarks-sweep.md).",
+        "",
         f"**Command:** `{out.get('command')}` (started {out.get('started')})",
         "",
         f"**Machine:** {m.get('cpus')} CPUs ({m.get('cpu_model')}), {m.get('memory_gib')} GiB memory, "

@@ -8,6 +8,7 @@ to :class:`GPUNodeMissing` so the publisher can recreate an object someone delet
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -94,14 +95,28 @@ def parse_selector(selector: str) -> dict[str, Any]:
     return result
 
 
+MAX_IN_FLIGHT = 16
+"""Writes under way at once. A replay agent serving every node of a shape started a publisher per
+node at the same moment: 1,024 GPUNode writes sent at once on a loaded 2-core API server all ran into
+their 10 s timeout and were sent again at the next poll, so the agent never finished its first pass
+(``hack/cluster kubegang up`` gave up after 265 s). Waiting for a slot, a write is not yet sent, so
+its timeout does not run. A DaemonSet's agent serves one node and never waits."""
+
+
 class KubeSink:
     """:class:`Sink` over the API server."""
 
-    def __init__(self, client: AsyncClient, field_manager: str = "kubegang-agent") -> None:
+    def __init__(self, client: AsyncClient, field_manager: str = "kubegang-agent",
+                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self._client = client
         self._field_manager = field_manager
+        self._slots = asyncio.Semaphore(max_in_flight)
 
     async def create_gpunode(self, name: str) -> None:
+        async with self._slots:
+            await self._create_gpunode(name)
+
+    async def _create_gpunode(self, name: str) -> None:
         # Owned by its Node, so the garbage collector deletes the GPUNode with the node (the agent
         # that would clean it up is gone by then). No blockOwnerDeletion: that would need
         # nodes/finalizers, more than the agent may do. No node, no GPUNode: one created without an
@@ -144,6 +159,10 @@ class KubeSink:
         )
 
     async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
+        async with self._slots:
+            await self._patch_status(name, status)
+
+    async def _patch_status(self, name: str, status: Mapping[str, Any]) -> None:
         try:
             await self._client.patch(
                 GPUNodeResource.Status,
@@ -158,6 +177,10 @@ class KubeSink:
             raise
 
     async def patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
+        async with self._slots:
+            await self._patch_labels(name, labels)
+
+    async def _patch_labels(self, name: str, labels: Mapping[str, str | None]) -> None:
         await self._client.patch(
             Node,
             name,

@@ -136,6 +136,9 @@ def e2e_lines() -> list[str]:
                                                              "jobs that finish)"),
              (E2E.with_name("benchmarks-e2e-scale.md"), "the same benchmark at 256, 1,024 and 4,096 nodes, "
                                                         "with kubegang's own share of the cluster"),
+             (E2E.with_name("benchmarks-e2e-analysis.md"), "where the end-to-end CPU goes (profiles, the "
+                                                           "GPUJob apply floor, writes per pod) and what "
+                                                           "was changed for it"),
              (E2E.with_name("benchmarks-sweep.md"), "the short-job sweep end to end (1-GPU trials beside "
                                                     "training gangs, kubegang against plain pods)")]
     found = [f"- [{path.name}]({path.name}): {what}." for path, what in pages if path.exists()]

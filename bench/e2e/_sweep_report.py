@@ -24,15 +24,17 @@ ANALYSIS = (
     "the driver only once the operator has written the GPUJob's Succeeded. The step table above "
     "measures each of these from the watches.",
     "",
-    "What dominated before the change recorded in docs/decisions.md (\"the supervision pass does not wait "
-    "for the phase writes it makes\"): *GPUJob seen → Admitted*, and within it not the cycle (its "
-    "own work for a 1-GPU trial is short: `Plan` and `Reserve` are two gRPC round trips) but the wait "
-    "for the step before it to end: the supervision pass awaited every "
-    "Running and Succeeded write it made, an API round trip each, and in a sweep a trial starts or ends "
-    "every few hundred milliseconds, so new trials mostly waited behind other trials' status writes. "
-    "The rest is API writes that a plain pod does not need (the Admitted and Running status writes, the "
-    "Succeeded one on the idle side) and the debounce; on a shared 2-core machine every API write waits "
-    "for CPU with everything else, which is why the figures move with the load average.",
+    "Where the wait is (the operator's log, instrumented for one quick run: each step's cycle and pass "
+    "times, each trial's GPUJob event and admission): the operator saw a new GPUJob and admitted it a "
+    "few hundred milliseconds later, yet its own work for a 1-GPU trial is short (`Plan` and `Reserve` "
+    "are two gRPC round trips). The trial waits for the step that is running to end: the supervision "
+    "pass awaits every Running and Succeeded status write it makes, an API round trip each, and in a "
+    "sweep a trial starts or ends every few hundred milliseconds, so new trials wait behind other "
+    "trials' status writes, then the debounce. The rest is writes a plain pod does not need (the Admitted "
+    "and Running status writes; the Succeeded one on the idle side). On a shared 2-core machine every "
+    "write and every wake-up of the operator's loop also waits for CPU, which is why the figures move "
+    "with the load average. docs/decisions.md records the change this suggests (the pass not waiting "
+    "for those writes) and why it is not in yet.",
     "",
     "What the scaled-down run time does to the ratio: the control plane's latencies stay what they are "
     "while the trials are {factor}× shorter, so the measured ratio is the scaled one; at the seed's 5-minute "

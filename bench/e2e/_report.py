@@ -29,6 +29,9 @@ LOWER_IS_BETTER = frozenset({"time until all Running (s)", "partial gangs", "GPU
 OWN_PROCESSES = ("kubegang-", "kueue")
 """Process-name prefixes of each system's own processes (the control plane's are shared by all halves)."""
 WHY_KUEUE_AHEAD = {
+    "CPU seconds, the system's own processes":
+        "Kueue's one Go process works once per job; kubegang's extender also answers kube-scheduler's "
+        "filter and prioritize for every pod, and its processes are Python.",
     "peak RSS, the system's own processes (MiB)":
         "Kueue is one Go process; kubegang runs two operator replicas (a leader and a warm standby), the "
         "extender and the agent, each a Python process with its own copy of the objects it watches.",

@@ -50,6 +50,7 @@ from bench import _sweep as sweep
 from bench import scale
 from bench.sim import _openb as openb
 from bench.sim import load_cluster
+from bench.sim._sweep import Latencies
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -148,7 +149,8 @@ def e2e_lines() -> list[str]:
 
 
 def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace,
-           log: list[str], wall: float, sweep_rows: list[dict[str, Any]], scale_data: dict[str, Any]) -> str:
+           log: list[str], wall: float, sweep_rows: list[dict[str, Any]], scale_data: dict[str, Any],
+           sweep_inputs: Latencies) -> str:
     versions = {p: importlib.metadata.version(p) for p in ("kubegang", "numpy", "matplotlib")}
     lines = [
         "# Benchmarks",
@@ -229,7 +231,7 @@ def render(openb_data: dict[str, Any], rows: list[dict[str, Any]], args: argpars
     lines += gangs.render(rows, args.gang_seed_list, args.jobs)
     lines += locality.gang_lines(rows)
     lines += ["## 3. End to end on the local control plane", "", *e2e_lines(), ""]
-    lines += sweep.render(sweep_rows, args.sweep_seed_list)
+    lines += sweep.render(sweep_rows, args.sweep_seed_list, sweep_inputs)
     lines += scale.render(scale_data)
     lines += ["## Run log", "", "```", *log, "```", ""]
     return "\n".join(lines)
@@ -292,19 +294,23 @@ def main(argv: list[str] | None = None) -> int:
     args.openb_seeds = f"1..{seeds}"
     args.gang_seed_list = list(range(1, gang_seeds + 1))
     args.sweep_seed_list = list(range(1, sweep_seeds + 1))
+    try:
+        sweep_inputs = sweep.inputs()  # before the hour of work that precedes the sweep
+    except ValueError as exc:
+        parser.error(str(exc))
     plots = args.out / PLOTS_DIR
     plots.mkdir(parents=True, exist_ok=True)
     log: list[str] = []
     start = time.perf_counter()
     openb_data = run_openb(list(range(1, seeds + 1)), openb.WORKLOADS, log, args.openb_nodes, args.openb_tasks)
     rows = gangs.run(args.gang_seed_list, args.jobs, log, priority=args.priority)
-    sweep_rows = sweep.run(args.sweep_seed_list, log, args.sweep_trials)
+    sweep_rows = sweep.run(args.sweep_seed_list, log, args.sweep_trials, sweep_inputs)
     scale_data = scale.run(args.scale_grid or ("quick" if args.quick else "full"), log)
     plot_openb(openb_data, plots)
     gangs.plot(rows, plots)
     wall = time.perf_counter() - start
     page = args.out / "benchmarks.md"
-    page.write_text(render(openb_data, rows, args, log, wall, sweep_rows, scale_data))
+    page.write_text(render(openb_data, rows, args, log, wall, sweep_rows, scale_data, sweep_inputs))
     write_results(plots / RESULTS, openb_data, rows, args, wall, sweep_rows, scale_data)
     print(f"wrote {page}, {plots}/*.png and {plots / RESULTS} in {wall:.0f}s")
     return 0

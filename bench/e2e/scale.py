@@ -94,14 +94,16 @@ def markdown(runs: list[dict[str, Any]], missing: tuple[int, ...] = ()) -> str:
         s = cost.summary(out)
         kg, plain = out.get("kubegang") or {}, out.get("plain") or {}
         lines.append(
-            f"| {_fmt(_get(out, 'cluster', 'gpu_nodes'))} | {_fmt(_get(out, 'workload', 'jobs'))} / "
+            f"| {_fmt(_get(out, 'cluster', 'gpu_nodes')) if out.get('cluster') else out.get('shape')} | "
+            f"{_fmt(_get(out, 'workload', 'jobs'))} / "
             f"{_fmt(_get(out, 'workload', 'pods'))} | {_get(out, 'machine', 'load_average_at_start')} | "
             f"{_fmt(_get(kg, 'pods_bound', 'overall_per_s'))} | {_fmt(_get(plain, 'pods_bound', 'overall_per_s'))} | "
             f"{_fmt(s['pods_bound_ratio'], 3)} / {_fmt(s['pods_bound_steady_ratio'], 3)} | "
             f"{_fmt(kg.get('time_until_all_running_s'), 1)} / {_fmt(plain.get('time_until_all_running_s'), 1)} | "
-            f"{'; '.join(out.get('errors') or []) or 'none'} |")
+            f"{'; '.join(_first_line(e) for e in out.get('errors') or []) or 'none'} |")
     lines += ["", "CPU seconds over the kubegang half and peak RSS (MiB) of each process, by cluster size:", "",
-              "| process | " + " | ".join(f"{_fmt(_get(o, 'cluster', 'gpu_nodes'))} nodes: CPU s / RSS" for o in runs)
+              "| process | " + " | ".join(f"{_get(o, 'cluster', 'gpu_nodes') or o.get('shape')} nodes: CPU s / RSS"
+                                         for o in runs)
               + " |", "|---|" + "---:|" * len(runs)]
     for name in SHOWN:
         cells = []
@@ -114,6 +116,8 @@ def markdown(runs: list[dict[str, Any]], missing: tuple[int, ...] = ()) -> str:
               "| nodes | at rest: CPUs | share | over the burst: CPUs | share | peak RSS, all four (MiB) |",
               "|---:|---:|---:|---:|---:|---:|"]
     for out in runs:
+        if not out.get("cluster"):
+            continue  # the control plane never came up: nothing was measured
         o = own_share(out)
         lines.append(f"| {_fmt(o['nodes'])} | {_fmt(o['idle_cpus'], 3)} | "
                      f"{_pct(o['idle_share'])} | {_fmt(o['burst_cpus'], 3)} | {_pct(o['burst_share'])} | "
@@ -123,6 +127,12 @@ def markdown(runs: list[dict[str, Any]], missing: tuple[int, ...] = ()) -> str:
                   + " (no bench/e2e/results-scale-<nodes>.json; see the analysis page for why)."]
     lines.append("")
     return "\n".join(lines)
+
+
+def _first_line(error: str) -> str:
+    """An error's first line, short enough for a table cell (the raw results keep all of it)."""
+    line = error.strip().splitlines()[0] if error.strip() else error
+    return (line[:157] + "...") if len(line) > 160 else line
 
 
 def _pct(x: float | None) -> str:

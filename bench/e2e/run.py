@@ -179,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         out["workload"] = {**describe(jobs), "pod_weights": {str(k): v for k, v in POD_WEIGHTS.items()}}
         print(f"[bench] {out['workload']['jobs']} jobs, {out['workload']['pods']} pods, "
               f"{out['workload']['gpus']} of {capacity} GPUs on {len(nodes)} nodes", file=sys.stderr)
-        settings = harness.HalfSettings(appliers=args.appliers, timeout_s=args.timeout, stall_s=args.stall,
+        # With a full cluster nothing may start until a pod's run time is over: that is no stall.
+        stall_s = args.stall + (args.runtime or 0)
+        settings = harness.HalfSettings(appliers=args.appliers, timeout_s=args.timeout, stall_s=stall_s,
                                         profile_dir=args.profile)
         stamp = time.strftime("%H%M%S")
         # The API server deletes a collection one object at a time (--delete-collection-workers=1):

@@ -56,6 +56,8 @@ class ClusterCache:
     rayclusters: dict[tuple[str, str], Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     """Every RayCluster, by (namespace, name); those labelled ``kubegang.io/queue`` are sources of gangs
     (``_sources``)."""
+    sourced: set[str] = dataclasses.field(default_factory=set)
+    """UIDs of GPUJobs with ``spec.podSource`` (the bridge looks at these only, not at every job)."""
     source_pods: dict[SourceKey, dict[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
     """Pods of pod groups and RayClusters (as the watch delivered them) by source, then pod name."""
     _parsed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict, repr=False)
@@ -83,6 +85,10 @@ class ClusterCache:
             return None
         self.invalid_jobs.pop(uid, None)
         self.jobs[view.uid] = view
+        if view.spec.pod_source is not None:
+            self.sourced.add(view.uid)
+        else:
+            self.sourced.discard(view.uid)
         if view.resource_version:
             self.versions[view.uid] = view.resource_version
         self._parsed[view.uid] = (meta.get("generation"), body.get("spec"))
@@ -97,6 +103,7 @@ class ClusterCache:
         """Forget a deleted GPUJob and remember to release what it held."""
         if self.jobs.pop(uid, None) is not None:
             self.deleted.add(uid)
+        self.sourced.discard(uid)
         self.versions.pop(uid, None)
         self._parsed.pop(uid, None)
         self.invalid_jobs.pop(uid, None)

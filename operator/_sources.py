@@ -179,8 +179,11 @@ class SourceBridge:
     # -- the step ----------------------------------------------------------------------------------
     async def sync(self) -> None:
         """Represent, hold and pin (steps 1, 2 and 4 of the module docstring); never raises for one source."""
-        jobs = {(j.namespace, j.spec.pod_source.kind, j.spec.pod_source.name): j
-                for j in self.cache.all_jobs() if j.spec.pod_source is not None}
+        jobs: dict[SourceKey, JobView] = {}
+        for uid in list(self.cache.sourced):  # not every job: a burst of GPUJobs costs this step nothing
+            job = self.cache.job(uid)
+            if job is not None and job.spec.pod_source is not None:
+                jobs[(job.namespace, job.spec.pod_source.kind, job.spec.pod_source.name)] = job
         for key, work in self._sources().items():
             try:
                 await self._represent(key, work, jobs.get(key))

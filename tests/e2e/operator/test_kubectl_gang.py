@@ -82,6 +82,8 @@ def test_quota_blocked_why_says_what_the_operator_decided_with_its_numbers(ops: 
         ops.cluster.wait_for("wait to be QuotaExhausted",
                              lambda: (ops.condition("wait", "Queued") or {}).get("reason") == "QuotaExhausted",
                              timeout=60, interval=1)
+        # creationTimestamp has whole seconds and a tie is ordered by UID: "behind" a second later.
+        time.sleep(1.1)
         ops.cluster.apply(pinned(ops, "behind", q, 1, where))
         ops.wait_phase("behind", "Queued", timeout=60)
         cond = condition(ops, "wait")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.e2e._dig import dig
+
 RATIO_GOAL = 0.9
 STANDBY_SHARE_GOAL = 0.05
 EXTRA_WRITES_PER_POD_GOAL = 1.0
@@ -28,14 +30,6 @@ OPERATOR_OVER_APISERVER_GOAL = 0.5
 HEARTBEATS = "PUT leases"
 """Node and component Lease renewals: on a timer, so per pod they follow the window's length."""
 KUBEGANG = ("kubegang-operator-0", "kubegang-operator-1", "kubegang-extender", "kubegang-agent")
-
-
-def _get(d: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(d, dict) or key not in d:
-            return None
-        d = d[key]
-    return d
 
 
 def _div(a: Any, b: Any, digits: int = 3) -> float | None:
@@ -67,15 +61,15 @@ def operators(kg: dict[str, Any]) -> tuple[str | None, str | None]:
 def summary(out: dict[str, Any]) -> dict[str, Any]:
     kg, plain = out.get("kubegang") or {}, out.get("plain") or {}
     complete = bool(kg.get("complete")) and bool(plain.get("complete"))
-    ratio = _div(_get(kg, "pods_bound", "overall_per_s"), _get(plain, "pods_bound", "overall_per_s"))
-    steady = _div(_get(kg, "pods_bound", "steady_per_s"), _get(plain, "pods_bound", "steady_per_s"))
+    ratio = _div(dig(kg, "pods_bound", "overall_per_s"), dig(plain, "pods_bound", "overall_per_s"))
+    steady = _div(dig(kg, "pods_bound", "steady_per_s"), dig(plain, "pods_bound", "steady_per_s"))
     cpu = _cpu(kg)
     leader, standby = operators(kg)
     standby_share = _div(cpu.get(standby or ""), cpu.get(leader or ""))
-    jobs = _get(kg, "jobs_started", "count")
+    jobs = dig(kg, "jobs_started", "count")
     operator_ms = _div(1000 * sum(v for n, v in cpu.items() if n.startswith("kubegang-operator-")), jobs, 2)
     apiserver_ms = _div(1000 * cpu["kube-apiserver"], jobs, 2) if "kube-apiserver" in cpu else None
-    writes = {h: _get(half, "apiserver", "writes_per_pod") for h, half in (("kubegang", kg), ("plain", plain))}
+    writes = {h: dig(half, "apiserver", "writes_per_pod") for h, half in (("kubegang", kg), ("plain", plain))}
     extra = (round(writes["kubegang"] - writes["plain"], 2)
              if writes["kubegang"] is not None and writes["plain"] is not None else None)
     return {
@@ -97,7 +91,7 @@ def summary(out: dict[str, Any]) -> dict[str, Any]:
 
 def without_heartbeats(half: dict[str, Any]) -> float | None:
     api = half.get("apiserver") or {}
-    pods = _get(half, "pods_bound", "expected")
+    pods = dig(half, "pods_bound", "expected")
     total = api.get("writes_total")
     if total is None or not pods:
         return None
@@ -118,8 +112,8 @@ def cpu_table(out: dict[str, Any]) -> str:
              "|---|" + "---:|---:|---:|" * len(halves)]
     names = sorted({n for _, half in halves for n in _cpu(half)},
                    key=lambda n: -max(_cpu(half).get(n, 0.0) for _, half in halves))
-    per = [(half, _get(half, "jobs_started", "count") or _get(half, "pods_bound", "count"),
-            _get(half, "pods_bound", "count")) for _, half in halves]
+    per = [(half, dig(half, "jobs_started", "count") or dig(half, "pods_bound", "count"),
+            dig(half, "pods_bound", "count")) for _, half in halves]
     for name in [*names, "all"]:
         cells = []
         for half, jobs, pods in per:
@@ -132,17 +126,17 @@ def cpu_table(out: dict[str, Any]) -> str:
 
 
 def request_seconds_table(out: dict[str, Any], top: int = 10) -> str:
-    halves = [(h, _get(out, h, "apiserver", "request_seconds") or {}) for h in ("kubegang", "plain")]
+    halves = [(h, dig(out, h, "apiserver", "request_seconds") or {}) for h in ("kubegang", "plain")]
     keys = sorted(set().union(*(s for _, s in halves)), key=lambda k: -sum(s.get(k, 0.0) for _, s in halves))[:top]
     lines = ["| request | kubegang half: s | plain half: s |", "|---|---:|---:|"]
     lines += [f"| {k} | " + " | ".join(_fmt(s.get(k)) for _, s in halves) + " |" for k in keys]
-    lines.append("| all (non-watch) | " + " | ".join(_fmt(_get(out, h, "apiserver", "request_seconds_total"))
+    lines.append("| all (non-watch) | " + " | ".join(_fmt(dig(out, h, "apiserver", "request_seconds_total"))
                                                    for h, _ in halves) + " |")
     return "\n".join(lines)
 
 
 def profile_lines(out: dict[str, Any], top: int = 6) -> list[str]:
-    profiles = _get(out, "kubegang", "profiles") or {}
+    profiles = dig(out, "kubegang", "profiles") or {}
     lines = []
     for name in KUBEGANG:
         p = profiles.get(name)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.e2e import _cost as cost
+from bench.e2e._dig import dig
 
 JOB_STARTS_GOAL = 50.0
 THROUGHPUT_RATIO_GOAL = 0.75
@@ -39,15 +40,6 @@ WHY_KUEUE_AHEAD = {
 """Structural reasons for figures Kueue can be ahead on; a figure ahead without one says so."""
 
 
-def _get(d: dict[str, Any], *path: str) -> Any:
-    cur: Any = d
-    for key in path:
-        if not isinstance(cur, dict) or key not in cur:
-            return None
-        cur = cur[key]
-    return cur
-
-
 def _ratio(a: Any, b: Any) -> float | None:
     return round(a / b, 3) if isinstance(a, int | float) and isinstance(b, int | float) and b else None
 
@@ -61,12 +53,12 @@ def _verdict(value: float | None, goal: float, complete: bool) -> str:
 
 def summary(out: dict[str, Any]) -> dict[str, Any]:
     kg, plain = out.get("kubegang") or {}, out.get("plain") or {}
-    starts = _get(kg, "jobs_started", "overall_per_s")
+    starts = dig(kg, "jobs_started", "overall_per_s")
     kg_complete, plain_complete = bool(kg.get("complete")), bool(plain.get("complete"))
-    ratio_overall = _ratio(_get(kg, "pods_bound", "overall_per_s"), _get(plain, "pods_bound", "overall_per_s"))
-    ratio_steady = _ratio(_get(kg, "pods_bound", "steady_per_s"), _get(plain, "pods_bound", "steady_per_s"))
-    ms_per_pod = _get(kg, "extender", "scheduler_verbs_ms_per_pod")
-    plain_rate = _get(plain, "pods_bound", "overall_per_s")
+    ratio_overall = _ratio(dig(kg, "pods_bound", "overall_per_s"), dig(plain, "pods_bound", "overall_per_s"))
+    ratio_steady = _ratio(dig(kg, "pods_bound", "steady_per_s"), dig(plain, "pods_bound", "steady_per_s"))
+    ms_per_pod = dig(kg, "extender", "scheduler_verbs_ms_per_pod")
+    plain_rate = dig(plain, "pods_bound", "overall_per_s")
     # Serial model: kube-scheduler waits for the extender on each pod, so P pods/s becomes
     # 1 / (1/P + E); the share of throughput lost is 1 - 1 / (1 + E x P).
     serial_cost = (round(1 - 1 / (1 + ms_per_pod / 1000 * plain_rate), 4)
@@ -75,9 +67,9 @@ def summary(out: dict[str, Any]) -> dict[str, Any]:
         "extender_scheduler_verbs_ms_per_pod": ms_per_pod,
         "extender_cost_serial_model": serial_cost,
         "gpujob_starts_per_s": starts,
-        "gpujob_starts_steady_per_s": _get(kg, "jobs_started", "steady_per_s"),
-        "kubegang_pods_bound_per_s": _get(kg, "pods_bound", "overall_per_s"),
-        "plain_pods_bound_per_s": _get(plain, "pods_bound", "overall_per_s"),
+        "gpujob_starts_steady_per_s": dig(kg, "jobs_started", "steady_per_s"),
+        "kubegang_pods_bound_per_s": dig(kg, "pods_bound", "overall_per_s"),
+        "plain_pods_bound_per_s": dig(plain, "pods_bound", "overall_per_s"),
         "pods_bound_ratio_kubegang_over_plain": ratio_overall,
         "pods_bound_steady_ratio_kubegang_over_plain": ratio_steady,
         "time_until_all_running_s": {"kubegang": kg.get("time_until_all_running_s"),
@@ -89,9 +81,9 @@ def summary(out: dict[str, Any]) -> dict[str, Any]:
                                                       kg_complete and plain_complete),
         "cost": cost.summary(out),
         "correct": {
-            "kubegang_overcommitted_nodes": len(_get(kg, "audit", "overcommitted_nodes") or {}) if kg else None,
-            "kubegang_pods_off_plan": _get(kg, "audit", "pods_off_plan_count"),
-            "plain_overcommitted_nodes": len(_get(plain, "audit", "overcommitted_nodes") or {}) if plain else None,
+            "kubegang_overcommitted_nodes": len(dig(kg, "audit", "overcommitted_nodes") or {}) if kg else None,
+            "kubegang_pods_off_plan": dig(kg, "audit", "pods_off_plan_count"),
+            "plain_overcommitted_nodes": len(dig(plain, "audit", "overcommitted_nodes") or {}) if plain else None,
         },
     }
 
@@ -119,16 +111,16 @@ def comparison_rows(out: dict[str, Any]) -> list[tuple[str, list[Any]]]:
     halves = [out.get(h) or {} for h, _ in HALVES]
 
     def each(*path: str) -> list[Any]:
-        return [_get(h, *path) for h in halves]
+        return [dig(h, *path) for h in halves]
 
     def bound(h: dict[str, Any]) -> str | None:
-        return f"{_get(h, 'pods_bound', 'count')}/{_get(h, 'pods_bound', 'expected')}" if h else None
+        return f"{dig(h, 'pods_bound', 'count')}/{dig(h, 'pods_bound', 'expected')}" if h else None
 
     return [
-        ("jobs admitted / s", [_get(halves[0], "jobs_admitted", "overall_per_s"),
-                               _get(halves[1], "jobs_admitted", "overall_per_s"), None]),
-        ("jobs started / s", [_get(halves[0], "jobs_started", "overall_per_s"),
-                              _get(halves[1], "jobs_started", "overall_per_s"), None]),
+        ("jobs admitted / s", [dig(halves[0], "jobs_admitted", "overall_per_s"),
+                               dig(halves[1], "jobs_admitted", "overall_per_s"), None]),
+        ("jobs started / s", [dig(halves[0], "jobs_started", "overall_per_s"),
+                              dig(halves[1], "jobs_started", "overall_per_s"), None]),
         ("pods created / s", each("pods_created", "overall_per_s")),
         ("pods bound / s (all)", each("pods_bound", "overall_per_s")),
         ("pods bound / s (steady, p10–p90)", each("pods_bound", "steady_per_s")),
@@ -147,7 +139,7 @@ def comparison_rows(out: dict[str, Any]) -> list[tuple[str, list[Any]]]:
         ("peak RSS, the system's own processes (MiB)", [_summed_processes(h, "peak_rss_mib", own=True)
                                                         for h in halves]),
         ("pods bound / expected", [bound(h) for h in halves]),
-        ("over-committed nodes (audit)", [len(_get(h, "audit", "overcommitted_nodes") or {}) if h else None
+        ("over-committed nodes (audit)", [len(dig(h, "audit", "overcommitted_nodes") or {}) if h else None
                                           for h in halves]),
     ]
 
@@ -175,23 +167,23 @@ def three_way_table(out: dict[str, Any]) -> str:
 def table(out: dict[str, Any]) -> str:
     kg, plain = out.get("kubegang") or {}, out.get("plain") or {}
     rows = [
-        ("GPUJobs started / s (all, over time to last)", _get(kg, "jobs_started", "overall_per_s"), None),
-        ("GPUJobs started / s (steady, p10–p90)", _get(kg, "jobs_started", "steady_per_s"), None),
-        ("GPUJobs admitted / s", _get(kg, "jobs_admitted", "overall_per_s"), None),
-        ("pods created / s", _get(kg, "pods_created", "overall_per_s"), _get(plain, "pods_created", "overall_per_s")),
-        ("pods bound / s (all)", _get(kg, "pods_bound", "overall_per_s"), _get(plain, "pods_bound", "overall_per_s")),
-        ("pods bound / s (steady, p10–p90)", _get(kg, "pods_bound", "steady_per_s"),
-         _get(plain, "pods_bound", "steady_per_s")),
-        ("pods bound / s (busiest 5 s)", _get(kg, "pods_bound", "peak_5s_per_s"),
-         _get(plain, "pods_bound", "peak_5s_per_s")),
+        ("GPUJobs started / s (all, over time to last)", dig(kg, "jobs_started", "overall_per_s"), None),
+        ("GPUJobs started / s (steady, p10–p90)", dig(kg, "jobs_started", "steady_per_s"), None),
+        ("GPUJobs admitted / s", dig(kg, "jobs_admitted", "overall_per_s"), None),
+        ("pods created / s", dig(kg, "pods_created", "overall_per_s"), dig(plain, "pods_created", "overall_per_s")),
+        ("pods bound / s (all)", dig(kg, "pods_bound", "overall_per_s"), dig(plain, "pods_bound", "overall_per_s")),
+        ("pods bound / s (steady, p10–p90)", dig(kg, "pods_bound", "steady_per_s"),
+         dig(plain, "pods_bound", "steady_per_s")),
+        ("pods bound / s (busiest 5 s)", dig(kg, "pods_bound", "peak_5s_per_s"),
+         dig(plain, "pods_bound", "peak_5s_per_s")),
         ("time until all Running (s)", kg.get("time_until_all_running_s"), plain.get("time_until_all_running_s")),
         ("kubectl apply, slowest of the appliers (s)", max(kg.get("apply_s") or [0]) or None,
          max(plain.get("apply_s") or [0]) or None),
-        ("pods bound / expected", f"{_get(kg, 'pods_bound', 'count')}/{_get(kg, 'pods_bound', 'expected')}"
-         if kg else None, f"{_get(plain, 'pods_bound', 'count')}/{_get(plain, 'pods_bound', 'expected')}"
+        ("pods bound / expected", f"{dig(kg, 'pods_bound', 'count')}/{dig(kg, 'pods_bound', 'expected')}"
+         if kg else None, f"{dig(plain, 'pods_bound', 'count')}/{dig(plain, 'pods_bound', 'expected')}"
          if plain else None),
-        ("over-committed nodes (audit)", len(_get(kg, "audit", "overcommitted_nodes") or {}) if kg else None,
-         len(_get(plain, "audit", "overcommitted_nodes") or {}) if plain else None),
+        ("over-committed nodes (audit)", len(dig(kg, "audit", "overcommitted_nodes") or {}) if kg else None,
+         len(dig(plain, "audit", "overcommitted_nodes") or {}) if plain else None),
     ]
     lines = ["| | kubegang (GPUJobs) | plain kube-scheduler (pods) |", "|---|---:|---:|"]
     lines += [f"| {name} | {_fmt(a)} | {_fmt(b)} |" for name, a, b in rows]
@@ -202,7 +194,7 @@ def _process_table(out: dict[str, Any]) -> str:
     names = [h for h, _ in HALVES]
     lines = ["| process | " + " | ".join(f"{h} half: CPU s | peak RSS MiB" for h in names) + " |",
              "|---|" + "---:|---:|" * len(names)]
-    procs = [_get(out, h, "processes") or {} for h in names]
+    procs = [dig(out, h, "processes") or {} for h in names]
     for name in COMPONENTS:
         values = [p.get(name) for p in procs]
         if all(v is None for v in values):
@@ -214,7 +206,7 @@ def _process_table(out: dict[str, Any]) -> str:
 
 def _write_table(out: dict[str, Any], top: int = 12) -> str:
     """The API server's writes in each half, busiest first (from apiserver_request_total)."""
-    halves = [_get(out, h, "apiserver") or {} for h, _ in HALVES]
+    halves = [dig(out, h, "apiserver") or {} for h, _ in HALVES]
     writes = [h.get("writes") or {} for h in halves]
     keys = sorted(set().union(*writes), key=lambda k: -sum(w.get(k, 0) for w in writes))[:top]
     lines = ["| request | " + " | ".join(f"{h} half" for h, _ in HALVES) + " |", "|---|---:|---:|---:|"]
@@ -260,8 +252,8 @@ def markdown(out: dict[str, Any]) -> str:
         f"**Versions:** Kubernetes {v.get('KUBERNETES_VERSION')}, etcd {v.get('ETCD_VERSION')}, "
         f"kwok {v.get('KWOK_VERSION')}, Kueue {v.get('KUEUE_VERSION')} (`hack/versions.env`).",
         "",
-        f"**Cluster:** shape `{out.get('shape')}`, {_get(out, 'cluster', 'gpu_nodes')} fake nodes, "
-        f"{_get(out, 'cluster', 'gpus')} GPUs (kwok).",
+        f"**Cluster:** shape `{out.get('shape')}`, {dig(out, 'cluster', 'gpu_nodes')} fake nodes, "
+        f"{dig(out, 'cluster', 'gpus')} GPUs (kwok).",
         "",
         f"**Workload (seed {out.get('seed')}):** {w.get('jobs')} jobs, {w.get('pods')} pods, {w.get('gpus')} GPUs "
         f"({fits}); jobs by pod count "

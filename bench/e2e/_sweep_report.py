@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.e2e._dig import dig
 from bench.e2e._sweep_halves import STEPS
 
 OVERHEAD_GOAL = 0.02
@@ -44,14 +45,6 @@ ANALYSIS = (
 """Why the start path is longer than a plain pod's, in terms of the code (no figures: they are above)."""
 
 
-def _get(d: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(d, dict) or key not in d:
-            return None
-        d = d[key]
-    return d
-
-
 def _verdict(ok: bool | None, complete: bool) -> str:
     if ok is None:
         return "not measured"
@@ -61,15 +54,15 @@ def _verdict(ok: bool | None, complete: bool) -> str:
 
 def summary(out: dict[str, Any]) -> dict[str, Any]:
     kg, plain = out.get("kubegang") or {}, out.get("plain") or {}
-    kg_ratio, plain_ratio = _get(kg, "overhead", "ratio"), _get(plain, "overhead", "ratio")
-    kg_seed = _get(kg, "overhead", "ratio_at_seed_runtime")
+    kg_ratio, plain_ratio = dig(kg, "overhead", "ratio"), dig(plain, "overhead", "ratio")
+    kg_seed = dig(kg, "overhead", "ratio_at_seed_runtime")
     complete = bool(kg.get("complete")) and bool(plain.get("complete"))
-    kg_lost = _get(kg, "overhead", "lost_seconds_per_trial")
-    plain_lost = _get(plain, "overhead", "lost_seconds_per_trial")
+    kg_lost = dig(kg, "overhead", "lost_seconds_per_trial")
+    plain_lost = dig(plain, "overhead", "lost_seconds_per_trial")
     return {
         "kubegang_overhead": kg_ratio, "plain_overhead": plain_ratio,
         "kubegang_overhead_at_seed_runtime": kg_seed,
-        "plain_overhead_at_seed_runtime": _get(plain, "overhead", "ratio_at_seed_runtime"),
+        "plain_overhead_at_seed_runtime": dig(plain, "overhead", "ratio_at_seed_runtime"),
         "kubegang_lost_seconds_per_trial": kg_lost, "plain_lost_seconds_per_trial": plain_lost,
         "lost_ratio_kubegang_over_plain": round(kg_lost / plain_lost, 3) if kg_lost and plain_lost else None,
         "goal_2pct_at_measured_runtime": _verdict(None if kg_ratio is None else kg_ratio <= OVERHEAD_GOAL,
@@ -94,27 +87,27 @@ def _fmt(v: Any, unit: str = "", pct: bool = False) -> str:
 def table(out: dict[str, Any]) -> str:
     kg, plain = out.get("kubegang") or {}, out.get("plain") or {}
     rows: list[tuple[str, Any, Any, bool]] = [
-        ("overhead at the measured run time", _get(kg, "overhead", "ratio"), _get(plain, "overhead", "ratio"), True),
-        ("overhead at the seed's 5-minute trials (same lost s)", _get(kg, "overhead", "ratio_at_seed_runtime"),
-         _get(plain, "overhead", "ratio_at_seed_runtime"), True),
-        ("lost GPU-seconds per trial", _get(kg, "overhead", "lost_seconds_per_trial"),
-         _get(plain, "overhead", "lost_seconds_per_trial"), False),
-        ("… of which submit → Running (GPU-s, all trials)", _get(kg, "overhead", "start_latency_gpu_seconds"),
-         _get(plain, "overhead", "start_latency_gpu_seconds"), False),
-        ("… of which idle between trials (GPU-s, all trials)", _get(kg, "overhead", "idle_gpu_seconds"),
-         _get(plain, "overhead", "idle_gpu_seconds"), False),
-        ("trial GPU time (GPU-s)", _get(kg, "overhead", "trial_gpu_seconds"),
-         _get(plain, "overhead", "trial_gpu_seconds"), False),
-        ("submit → Running p50 (s)", _get(kg, "start_latency_s", "p50"), _get(plain, "start_latency_s", "p50"), False),
-        ("submit → Running p95 (s)", _get(kg, "start_latency_s", "p95"), _get(plain, "start_latency_s", "p95"), False),
-        ("submit → Running max (s)", _get(kg, "start_latency_s", "max"), _get(plain, "start_latency_s", "max"), False),
-        ("idle gap p50 (s)", _get(kg, "idle_gap_s", "p50"), _get(plain, "idle_gap_s", "p50"), False),
-        ("idle gap p95 (s)", _get(kg, "idle_gap_s", "p95"), _get(plain, "idle_gap_s", "p95"), False),
+        ("overhead at the measured run time", dig(kg, "overhead", "ratio"), dig(plain, "overhead", "ratio"), True),
+        ("overhead at the seed's 5-minute trials (same lost s)", dig(kg, "overhead", "ratio_at_seed_runtime"),
+         dig(plain, "overhead", "ratio_at_seed_runtime"), True),
+        ("lost GPU-seconds per trial", dig(kg, "overhead", "lost_seconds_per_trial"),
+         dig(plain, "overhead", "lost_seconds_per_trial"), False),
+        ("… of which submit → Running (GPU-s, all trials)", dig(kg, "overhead", "start_latency_gpu_seconds"),
+         dig(plain, "overhead", "start_latency_gpu_seconds"), False),
+        ("… of which idle between trials (GPU-s, all trials)", dig(kg, "overhead", "idle_gpu_seconds"),
+         dig(plain, "overhead", "idle_gpu_seconds"), False),
+        ("trial GPU time (GPU-s)", dig(kg, "overhead", "trial_gpu_seconds"),
+         dig(plain, "overhead", "trial_gpu_seconds"), False),
+        ("submit → Running p50 (s)", dig(kg, "start_latency_s", "p50"), dig(plain, "start_latency_s", "p50"), False),
+        ("submit → Running p95 (s)", dig(kg, "start_latency_s", "p95"), dig(plain, "start_latency_s", "p95"), False),
+        ("submit → Running max (s)", dig(kg, "start_latency_s", "max"), dig(plain, "start_latency_s", "max"), False),
+        ("idle gap p50 (s)", dig(kg, "idle_gap_s", "p50"), dig(plain, "idle_gap_s", "p50"), False),
+        ("idle gap p95 (s)", dig(kg, "idle_gap_s", "p95"), dig(plain, "idle_gap_s", "p95"), False),
         ("makespan of the sweep (s)", kg.get("makespan_s"), plain.get("makespan_s"), False),
         ("trials finished / submitted", f"{kg.get('trials_finished')}/{kg.get('trials_submitted')}" if kg else None,
          f"{plain.get('trials_finished')}/{plain.get('trials_submitted')}" if plain else None, False),
-        ("over-committed nodes (audit)", len(_get(kg, "audit", "overcommitted_nodes") or {}) if kg else None,
-         len(_get(plain, "audit", "overcommitted_nodes") or {}) if plain else None, False),
+        ("over-committed nodes (audit)", len(dig(kg, "audit", "overcommitted_nodes") or {}) if kg else None,
+         len(dig(plain, "audit", "overcommitted_nodes") or {}) if plain else None, False),
     ]
     lines = ["| | kubegang (1-replica GPUJobs) | plain kube-scheduler (pods) |", "|---|---:|---:|"]
     lines += [f"| {name} | {_fmt(a, pct=pct)} | {_fmt(b, pct=pct)} |" for name, a, b, pct in rows]
@@ -123,7 +116,7 @@ def table(out: dict[str, Any]) -> str:
 
 def steps_table(out: dict[str, Any]) -> str:
     """Each step's mean (means of consecutive steps add up to the whole), median and p95, in ms."""
-    kg, plain = _get(out, "kubegang", "steps_ms") or {}, _get(out, "plain", "steps_ms") or {}
+    kg, plain = dig(out, "kubegang", "steps_ms") or {}, dig(out, "plain", "steps_ms") or {}
     lines = ["| step (ms) | kubegang mean | p50 | p95 | plain mean | p50 | p95 |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for label, _, _ in STEPS:
@@ -137,7 +130,7 @@ def steps_table(out: dict[str, Any]) -> str:
 
 def _writes(out: dict[str, Any]) -> str:
     """API writes per trial in each half (every client's, the control plane's own included)."""
-    kg, plain = _get(out, "kubegang", "apiserver") or {}, _get(out, "plain", "apiserver") or {}
+    kg, plain = dig(out, "kubegang", "apiserver") or {}, dig(out, "plain", "apiserver") or {}
     a, b = kg.get("writes") or {}, plain.get("writes") or {}
     trials = (out.get("workload") or {}).get("trials") or 1
     keys = sorted(set(a) | set(b), key=lambda k: -(a.get(k, 0) + b.get(k, 0)))[:10]
@@ -148,7 +141,7 @@ def _writes(out: dict[str, Any]) -> str:
 
 
 def _cpu_table(out: dict[str, Any]) -> str:
-    kg, plain = _get(out, "kubegang", "processes") or {}, _get(out, "plain", "processes") or {}
+    kg, plain = dig(out, "kubegang", "processes") or {}, dig(out, "plain", "processes") or {}
     names = sorted(set(kg) | set(plain), key=lambda n: -((kg.get(n) or {}).get("cpu_seconds", 0)))
     lines = ["| process | kubegang half: CPU s | plain half: CPU s |", "|---|---:|---:|"]
     for n in names:
@@ -162,7 +155,7 @@ def markdown(out: dict[str, Any]) -> str:
     m, v, w = out.get("machine", {}), out.get("versions", {}), out.get("workload", {})
     kg = out.get("kubegang") or {}
     problems = [*(out.get("errors") or []), *(kg.get("submit_errors") or []),
-                *(_get(out, "plain", "submit_errors") or [])]
+                *(dig(out, "plain", "submit_errors") or [])]
     parts = [
         "# The short-job sweep, end to end on the local control plane",
         "",

@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.e2e._dig import dig
+
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -43,14 +45,6 @@ def jobs_for(nodes: int, per_node: float, cap: int) -> int:
     return max(1, min(cap, round(per_node * nodes)))
 
 
-def _get(d: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(d, dict) or key not in d:
-            return None
-        d = d[key]
-    return d
-
-
 def _fmt(v: Any, digits: int = 2) -> str:
     if v is None:
         return "–"
@@ -60,8 +54,8 @@ def _fmt(v: Any, digits: int = 2) -> str:
 def own_share(out: dict[str, Any]) -> dict[str, Any]:
     """kubegang's own processes (operators, extender, agent): CPUs at rest and over the burst, resident
     memory, and those CPUs as a share of a cluster of this many 128-core nodes."""
-    nodes = _get(out, "cluster", "gpu_nodes") or 0
-    idle = _get(out, "kubegang_idle") or {}
+    nodes = dig(out, "cluster", "gpu_nodes") or 0
+    idle = dig(out, "kubegang_idle") or {}
     idle_cpu = (sum(p["cpu_seconds"] for n, p in (idle.get("processes") or {}).items() if n in cost.KUBEGANG)
                 / idle["seconds"]) if idle.get("seconds") else None
     kg = out.get("kubegang") or {}
@@ -94,21 +88,21 @@ def markdown(runs: list[dict[str, Any]], missing: tuple[int, ...] = ()) -> str:
         s = cost.summary(out)
         kg, plain = out.get("kubegang") or {}, out.get("plain") or {}
         lines.append(
-            f"| {_fmt(_get(out, 'cluster', 'gpu_nodes')) if out.get('cluster') else out.get('shape')} | "
-            f"{_fmt(_get(out, 'workload', 'jobs'))} / "
-            f"{_fmt(_get(out, 'workload', 'pods'))} | {_get(out, 'machine', 'load_average_at_start')} | "
-            f"{_fmt(_get(kg, 'pods_bound', 'overall_per_s'))} | {_fmt(_get(plain, 'pods_bound', 'overall_per_s'))} | "
+            f"| {_fmt(dig(out, 'cluster', 'gpu_nodes')) if out.get('cluster') else out.get('shape')} | "
+            f"{_fmt(dig(out, 'workload', 'jobs'))} / "
+            f"{_fmt(dig(out, 'workload', 'pods'))} | {dig(out, 'machine', 'load_average_at_start')} | "
+            f"{_fmt(dig(kg, 'pods_bound', 'overall_per_s'))} | {_fmt(dig(plain, 'pods_bound', 'overall_per_s'))} | "
             f"{_fmt(s['pods_bound_ratio'], 3)} / {_fmt(s['pods_bound_steady_ratio'], 3)} | "
             f"{_fmt(kg.get('time_until_all_running_s'), 1)} / {_fmt(plain.get('time_until_all_running_s'), 1)} | "
             f"{'; '.join(_first_line(e) for e in out.get('errors') or []) or 'none'} |")
     lines += ["", "CPU seconds over the kubegang half and peak RSS (MiB) of each process, by cluster size:", "",
-              "| process | " + " | ".join(f"{_get(o, 'cluster', 'gpu_nodes') or o.get('shape')} nodes: CPU s / RSS"
+              "| process | " + " | ".join(f"{dig(o, 'cluster', 'gpu_nodes') or o.get('shape')} nodes: CPU s / RSS"
                                          for o in runs)
               + " |", "|---|" + "---:|" * len(runs)]
     for name in SHOWN:
         cells = []
         for out in runs:
-            p = _get(out, "kubegang", "processes", name)
+            p = dig(out, "kubegang", "processes", name)
             cells.append(f"{_fmt(p['cpu_seconds'])} / {_fmt(p['peak_rss_mib'], 0)}" if p else "–")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "kubegang's own processes (two operator replicas, the extender, the agent) against a cluster "

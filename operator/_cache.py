@@ -21,6 +21,13 @@ from kubegang.podcontract import JOB_UID_LABEL
 
 SourceKey = tuple[str, PodSourceKind, str]
 """(namespace, kind, name) of a RayCluster or pod group."""
+FINISHED_POD_PHASES = ("Succeeded", "Failed")
+
+
+def live_pod(pod: Mapping[str, Any]) -> bool:
+    """A pod (as the watch delivered it) that is neither being deleted nor finished."""
+    return not (pod.get("metadata") or {}).get("deletionTimestamp") and \
+        (pod.get("status") or {}).get("phase") not in FINISHED_POD_PHASES
 
 HOLDING_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING})
 WAITING_PHASES = frozenset({Phase.PENDING, Phase.QUEUED, Phase.UNSCHEDULABLE})
@@ -245,9 +252,7 @@ class ClusterCache:
         if source is None or source.kind is not PodSourceKind.POD_GROUP:
             return True
         pods = self.source_pods.get((job.namespace, source.kind, source.name), {})
-        live = [p for p in pods.values() if not (p.get("metadata") or {}).get("deletionTimestamp")
-                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
-        return len(live) >= job.replicas
+        return sum(1 for p in pods.values() if live_pod(p)) >= job.replicas
 
     def holding(self) -> list[JobView]:
         """Jobs that hold quota and a placement (Admitted or Running)."""

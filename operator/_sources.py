@@ -51,7 +51,7 @@ from kubegang.api import (
     ray_cluster_gang,
     source_job_name,
 )
-from kubegang.operator._cache import HOLDING_PHASES, ClusterCache, SourceKey
+from kubegang.operator._cache import FINISHED_POD_PHASES, HOLDING_PHASES, ClusterCache, SourceKey, live_pod
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import KubePort
 from kubegang.podcontract import (
@@ -70,12 +70,6 @@ GROUP_GONE_SECONDS = 10.0
 """A pod group's GPUJob is deleted once the group has had no pod for this long: long enough for a
 controller to make the pods of a group anew after kubegang deleted them (a requeue)."""
 PRODUCT_LABEL = "nvidia.com/gpu.product"
-_FINISHED = ("Succeeded", "Failed")
-
-
-def _live(pod: Mapping[str, Any]) -> bool:
-    return not (pod.get("metadata") or {}).get("deletionTimestamp") and \
-        (pod.get("status") or {}).get("phase") not in _FINISHED
 
 
 def _template(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -206,7 +200,7 @@ class SourceBridge:
                 out[(namespace, PodSourceKind.RAY_CLUSTER, name)] = functools.partial(_ray_work, rc)
         for key, pods in self.cache.source_pods.items():
             namespace, kind, name = key
-            live = [p for p in pods.values() if _live(p)]
+            live = [p for p in pods.values() if live_pod(p)]
             if kind is PodSourceKind.POD_GROUP and live:
                 out[key] = functools.partial(_group_work, namespace, name, live)
         return out
@@ -270,7 +264,7 @@ class SourceBridge:
         waiting: list[Mapping[str, Any]] = []
         for pod in sorted(self.cache.source_pods.get(key, {}).values(), key=lambda p: str(p["metadata"]["name"])):
             meta = pod.get("metadata") or {}
-            if not _live(pod) or not _asks_for_gpus(pod):
+            if not live_pod(pod) or not _asks_for_gpus(pod):
                 continue
             labels = meta.get("labels") or {}
             pinned = self._pinned.get((namespace, str(meta.get("name"))))
@@ -321,7 +315,7 @@ class SourceBridge:
             return
         pods = self.cache.source_pods.get((job.namespace, source.kind, source.name), {})
         for name, pod in sorted(pods.items()):
-            if keep_finished_pods and (pod.get("status") or {}).get("phase") in _FINISHED:
+            if keep_finished_pods and (pod.get("status") or {}).get("phase") in FINISHED_POD_PHASES:
                 continue
             await self.kube.delete("Pod", job.namespace, name)
 
@@ -330,7 +324,7 @@ class SourceBridge:
         for key, job in jobs.items():
             if key[1] is not PodSourceKind.POD_GROUP:
                 continue
-            if any(_live(p) for p in self.cache.source_pods.get(key, {}).values()):
+            if any(live_pod(p) for p in self.cache.source_pods.get(key, {}).values()):
                 self._gone_since.pop(key, None)
                 continue
             since = self._gone_since.setdefault(key, now)

@@ -23,7 +23,9 @@ every local cluster; any valid pair serves). The visibility API server (``Visibi
 switched off: it would be a second aggregated API server to register, and nothing here uses it.
 
 The KubeRay operator needs no webhook by default (its RayCluster webhook is opt-in via
-``ENABLE_WEBHOOKS``); it gets its CRDs and runs.
+``ENABLE_WEBHOOKS``); it gets its CRDs and runs, with ``HTTP_PROXY`` set to ``rayheads.py``, the
+stand-in for the Ray heads that fake nodes do not run: KubeRay follows a RayJob through its head's
+job API, so without it no RayJob could finish here.
 
 Usage: hack/cluster addon kueue|kuberay up|down (hack/cluster builds the add-on first on ``up``).
 """
@@ -37,6 +39,7 @@ import os
 import ssl
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +109,8 @@ class Addon:
 
 KUEUE = Addon("kueue", "kueue", "KUEUE_VERSION", "kueue")
 KUBERAY = Addon("kuberay", "kuberay-operator", "KUBERAY_VERSION", "ray-operator")
+RAY_HEADS = "ray-heads"
+"""The stand-in for the Ray heads of fake nodes (``rayheads.py``), which KubeRay reaches as its HTTP proxy."""
 
 
 def addon(name: str) -> Addon:
@@ -119,6 +124,16 @@ def addon(name: str) -> Addon:
 def http_status(url: str, context: ssl.SSLContext | None = None) -> int:
     with urllib.request.urlopen(url, timeout=2, context=context) as resp:
         return int(resp.status)
+
+
+def _answers(url: str) -> bool:
+    """Whether anything serves HTTP at ``url`` (any status: the stand-in answers 404 off its routes)."""
+    try:
+        return http_status(url) > 0
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
 
 
 def up(paths: dc.Paths, name: str) -> dict[str, Any]:
@@ -149,6 +164,8 @@ def down(paths: dc.Paths, name: str, quiet: bool = False) -> None:
         dc.kubectl(paths, "delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration",
                    *KUEUE_WEBHOOK_CONFIGS, "--ignore-not-found", check=False)
     dc.stop(paths, a.process)
+    if a is KUBERAY:
+        dc.stop(paths, RAY_HEADS)
     a.state_file(paths).unlink(missing_ok=True)
     if alive and (a.folder / "crds").is_dir():
         crds = a.crd_names
@@ -313,13 +330,18 @@ def _up_kueue(paths: dc.Paths) -> dict[str, Any]:
 # --- KubeRay ------------------------------------------------------------------------------------
 
 def _up_kuberay(paths: dc.Paths) -> dict[str, Any]:
-    ports = {"health": free_port(), "metrics": free_port()}
+    ports = {"health": free_port(), "metrics": free_port(), "ray_heads": free_port()}
     _apply_crds(paths, KUBERAY)
+    dc.start(paths, RAY_HEADS, [sys.executable, str(Path(__file__).with_name("rayheads.py")),
+                                f"--port={ports['ray_heads']}"])
+    heads = f"http://127.0.0.1:{ports['ray_heads']}"
+    dc.wait_for(paths, RAY_HEADS, lambda: _answers(f"{heads}/"), 30)
     dc.start(paths, KUBERAY.process, [
         str(KUBERAY.binary), f"--metrics-addr=127.0.0.1:{ports['metrics']}",
         f"--health-probe-bind-address=127.0.0.1:{ports['health']}", "--enable-leader-election=false",
         "--log-stdout-encoder=console",
-    ], env={"KUBECONFIG": str(paths.kubeconfig)})
+    ], env={"KUBECONFIG": str(paths.kubeconfig), "HTTP_PROXY": heads, "http_proxy": heads,
+            "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"})
     dc.wait_for(paths, KUBERAY.process,
                 lambda: http_status(f"http://127.0.0.1:{ports['health']}/readyz") == 200, 90)
     return {"ports": ports}

@@ -166,22 +166,21 @@ def test_a_pod_group_from_a_deployment_binds_all_or_none(cluster: Cluster, kubeg
         cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
 
 
-def test_a_ray_job_is_admitted_as_the_gang_of_its_ray_cluster_and_gives_everything_back_when_it_ends(
+def test_a_ray_job_is_admitted_as_the_gang_of_its_ray_cluster_runs_to_completion_and_gives_everything_back(
         cluster: Cluster, kubegang: Any, kuberay: dict[str, Any], namespace: str) -> None:
     """KubeRay copies a RayJob's labels to the RayCluster it makes, so a queued RayJob's cluster is held,
-    admitted and placed as one gang like any queued RayCluster; when the job ends KubeRay deletes its
-    cluster (``shutdownAfterJobFinishes``) and the GPUJob, quota and GPUs go with it."""
+    admitted and placed as one gang like any queued RayCluster; KubeRay submits the entrypoint to the
+    cluster's head (``HTTPMode``; on fake nodes the head is hack/rayheads.py), follows it to SUCCEEDED,
+    marks the RayJob Complete and deletes its cluster (``shutdownAfterJobFinishes``), and the GPUJob,
+    quota and GPUs go with it."""
     cluster.use_shape("superpod-h100")
     queue = namespace
     _queue(cluster, queue, namespace, 8)
     rj = {"apiVersion": "ray.io/v1", "kind": "RayJob",
           "metadata": {"name": "rj", "namespace": namespace, "labels": {"kubegang.io/queue": queue},
                        "annotations": {"kubegang.io/topology-required": "leaf"}},
-          "spec": {"entrypoint": "python -c 'print(1)'", "submissionMode": "K8sJobMode",
-                   "shutdownAfterJobFinishes": True,
-                   "submitterPodTemplate": {"metadata": {"annotations": {"kubegang.io/fake-runtime": "2s"}},
-                                            "spec": {"restartPolicy": "Never", "containers": [
-                                                {"name": "ray-job-submitter", "image": "rayproject/ray:2.46.0"}]}},
+          "spec": {"entrypoint": "python train.py", "submissionMode": "HTTPMode",
+                   "metadata": {"kubegang.io/fake-runtime": "3s"}, "shutdownAfterJobFinishes": True,
                    "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
                                           "containers": [_container("ray-head", 0)]}}},
                                       "workerGroupSpecs": [{
@@ -211,15 +210,20 @@ def test_a_ray_job_is_admitted_as_the_gang_of_its_ray_cluster_and_gives_everythi
             cluster, namespace, f"raycluster-{name}") == "Running", timeout=120)
         workers = _pods(cluster, namespace, f"ray.io/cluster={name},ray.io/node-type=worker")
         assert len(workers) == 2 and len(_leaves(cluster, workers)) == 1
-        cluster.wait_for("KubeRay to submit the job", lambda: (cluster.get_json("rayjob", "rj", "-n", namespace)
-                         .get("status") or {}).get("jobDeploymentStatus") not in (None, "", "New", "Initializing"),
-                         timeout=90)
-        # The end: KubeRay marks the job terminal and deletes its cluster; kubegang gives everything back.
-        cluster.wait_for("the RayJob to end and its cluster, GPUJob and quota to be gone", lambda: (
-            (cluster.get_json("rayjob", "rj", "-n", namespace).get("status") or {}).get("jobDeploymentStatus")
-            in ("Complete", "Failed") and ray_cluster() is None
-            and _job(cluster, namespace, f"raycluster-{name}") is None
-            and cluster.get_json("gpuqueue", queue)["status"].get("usedGPUs") == 0), timeout=150)
+        def job_status() -> dict[str, Any]:
+            return dict(cluster.get_json("rayjob", "rj", "-n", namespace).get("status") or {})
+
+        cluster.wait_for("KubeRay to submit the job to the head", lambda: job_status().get("jobStatus") in (
+            "RUNNING", "SUCCEEDED"), timeout=90)
+        # The end: the job succeeds, KubeRay marks the RayJob Complete and deletes its cluster; kubegang
+        # gives everything back.
+        cluster.wait_for("the RayJob to end", lambda: job_status().get("jobDeploymentStatus") in (
+            "Complete", "Failed"), timeout=90)
+        status = job_status()
+        assert (status["jobDeploymentStatus"], status["jobStatus"]) == ("Complete", "SUCCEEDED"), status
+        cluster.wait_for("its cluster, GPUJob and quota to be gone", lambda: (
+            ray_cluster() is None and _job(cluster, namespace, f"raycluster-{name}") is None
+            and cluster.get_json("gpuqueue", queue)["status"].get("usedGPUs") == 0), timeout=120)
     finally:
         cluster.kubectl("delete", "rayjob", "--all", "-n", namespace, "--wait=false", check=False)
         cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)

@@ -52,6 +52,7 @@ from kubegang.api import (
     source_job_name,
 )
 from kubegang.operator._cache import FINISHED_POD_PHASES, HOLDING_PHASES, ClusterCache, SourceKey, live_pod
+from kubegang.operator._growth import StepKind, plan_growth, slice_number
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import KubePort
 from kubegang.podcontract import (
@@ -174,22 +175,30 @@ class SourceBridge:
     async def sync(self) -> None:
         """Represent, hold and pin (steps 1, 2 and 4 of the module docstring); never raises for one source."""
         jobs: dict[SourceKey, JobView] = {}
+        slices: dict[SourceKey, list[JobView]] = {}
+        # A Ray cluster's growth slices (operator/_growth.py).
         for uid in list(self.cache.sourced):  # not every job: a burst of GPUJobs costs this step nothing
             job = self.cache.job(uid)
             if job is not None and job.spec.pod_source is not None:
-                jobs[(job.namespace, job.spec.pod_source.kind, job.spec.pod_source.name)] = job
+                key = (job.namespace, job.spec.pod_source.kind, job.spec.pod_source.name)
+                if _is_slice(job):
+                    slices.setdefault(key, []).append(job)
+                else:
+                    jobs[key] = job
         for key, work in self._sources().items():
             try:
-                await self._represent(key, work, jobs.get(key))
+                await self._represent(key, work, jobs.get(key), slices.get(key, []))
             except SourceError as exc:
                 await self._report(key, str(exc))
             except Exception:
                 log.exception("%s %s/%s: could not represent it; retrying next step", key[1].value, key[0], key[2])
         for key, job in jobs.items():
-            try:
-                await self._pin(key, job)
-            except Exception:
-                log.exception("pinning the pods of %s failed; retrying next step", job.key)
+            # The base first, then its slices oldest first: the oldest admission gets the pods first.
+            for part in [job, *sorted(slices.get(key, []), key=_slice_order)]:
+                try:
+                    await self._pin(key, part)
+                except Exception:
+                    log.exception("pinning the pods of %s failed; retrying next step", part.key)
         await self._delete_gone_groups(jobs)
 
     def _sources(self) -> dict[SourceKey, Callable[[], tuple[dict[str, Any], Mapping[str, Any] | None]]]:
@@ -206,10 +215,12 @@ class SourceBridge:
         return out
 
     async def _represent(self, key: SourceKey, work: Callable[[], tuple[dict[str, Any], Mapping[str, Any] | None]],
-                         job: JobView | None) -> None:
+                         job: JobView | None, slices: Sequence[JobView] = ()) -> None:
         namespace, kind, name = key
         spec, owner = work()
         self._reported.pop(key, None)
+        if job is not None and kind is PodSourceKind.RAY_CLUSTER:
+            await self._grow(job, slices, spec, owner)
         holds = job is not None and job.phase in HOLDING_PHASES
         if kind is PodSourceKind.RAY_CLUSTER and not holds:
             await self._keep_suspended(namespace, name)
@@ -220,13 +231,33 @@ class SourceBridge:
                          manifest["metadata"]["name"])
             return
         if holds:
-            return  # the admitted size stands: pods past it wait unpinned (scaling waits for a new admission)
+            return  # the admitted size stands: pods past it wait for a growth slice (``_grow``)
         try:
             wanted = GPUJobSpec.model_validate(spec | {"topology": {k: v for k, v in spec["topology"].items() if v}})
         except pydantic.ValidationError as exc:
             raise SourceError(f"cannot represent it as a GPUJob: {exc.errors()[0]['msg']}") from None
         if wanted != job.spec:
             await self.kube.patch("GPUJob", namespace, job.name, {"spec": spec})
+
+    async def _grow(self, base: JobView, slices: Sequence[JobView], spec: Mapping[str, Any],
+                    owner: Mapping[str, Any] | None) -> None:
+        """Carry out :func:`kubegang.operator._growth.plan_growth` for one Ray cluster."""
+        source = base.spec.pod_source
+        assert source is not None
+        for step in plan_growth(base, slices, int(spec["replicas"])):
+            grown = {**spec, "replicas": step.replicas}
+            if step.kind is StepKind.CREATE:
+                manifest = _manifest(base.namespace, source.kind, source.name, grown, owner)
+                manifest["metadata"]["name"] = step.name
+                if await self.kube.create(manifest):
+                    log.info("RayCluster %s/%s grew past its admission: %d more GPU pods wait for quota as %s",
+                             base.namespace, source.name, step.replicas, step.name)
+            elif step.kind is StepKind.RESIZE:
+                await self.kube.patch("GPUJob", base.namespace, step.name, {"spec": grown})
+            else:
+                log.info("RayCluster %s/%s: growth slice %s is no longer needed", base.namespace, source.name,
+                         step.name)
+                await self.kube.delete("GPUJob", base.namespace, step.name)
 
     async def _keep_suspended(self, namespace: str, name: str) -> None:
         rc = self.cache.rayclusters.get((namespace, name)) or {}
@@ -273,6 +304,8 @@ class SourceBridge:
                 self._pinned.pop((namespace, str(meta.get("name"))), None)
             elif pinned is not None and pinned[:2] == (job.uid, attempt):
                 taken.add(pinned[2])
+            elif pinned is not None:
+                continue  # pinned to another part of the cluster (a growth slice) this step, not echoed yet
             elif not labels.get(JOB_UID_LABEL) and not (pod.get("spec") or {}).get("nodeName"):
                 waiting.append(pod)
         free = [slot for slot in sorted(placement.pods, key=lambda p: p.index) if slot.index not in taken]
@@ -310,6 +343,8 @@ class SourceBridge:
         if source is None:
             return
         if source.kind is PodSourceKind.RAY_CLUSTER:
+            if _is_slice(job):
+                return  # a growth slice takes only its own pods (teardown deletes them); the cluster runs on
             if (job.namespace, source.name) in self.cache.rayclusters:
                 await self.kube.patch("RayCluster", job.namespace, source.name, {"spec": {"suspend": True}})
             return
@@ -342,6 +377,18 @@ def _ray_work(rc: Mapping[str, Any]) -> tuple[dict[str, Any], Mapping[str, Any] 
 def _group_work(namespace: str, name: str, live: Sequence[Mapping[str, Any]]
                 ) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
     return pod_group_spec(namespace, name, live), None
+
+
+def _is_slice(job: JobView) -> bool:
+    """Whether ``job`` is a growth slice of its source's GPUJob rather than that GPUJob itself."""
+    source = job.spec.pod_source
+    return source is not None and slice_number(job.name, source_job_name(source.kind, source.name)) is not None
+
+
+def _slice_order(job: JobView) -> int:
+    source = job.spec.pod_source
+    assert source is not None
+    return slice_number(job.name, source_job_name(source.kind, source.name)) or 0
 
 
 def _owner(rc: Mapping[str, Any]) -> dict[str, Any]:

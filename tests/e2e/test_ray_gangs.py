@@ -166,6 +166,62 @@ def test_a_pod_group_from_a_deployment_binds_all_or_none(cluster: Cluster, kubeg
         cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
 
 
+def test_a_ray_cluster_scaled_past_its_admission_grows_only_when_quota_allows_without_restarting(
+        cluster: Cluster, kubegang: Any, kuberay: dict[str, Any], namespace: str) -> None:
+    """Scaling a worker group of a running Ray cluster up: the added pod waits for quota as a growth slice
+    (``raycluster-rc.grow-1``) while the running workers go on untouched; once the queue has room it is
+    placed, and deleting the RayCluster gives everything back."""
+    cluster.use_shape("superpod-h100")
+    queue = namespace
+    _queue(cluster, queue, namespace, 16)
+    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+          "metadata": {"name": "rc", "namespace": namespace, "labels": {"kubegang.io/queue": queue}},
+          "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                       "containers": [_container("ray-head", 0)]}}},
+                   "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 0, "maxReplicas": 4,
+                                         "rayStartParams": {}, "template": {"spec": {
+                                             "containers": [_container("ray-worker", 8)]}}}]}}
+    workers = "ray.io/cluster=rc,ray.io/node-type=worker"
+    try:
+        cluster.kubectl("create", "-f", "-", input=json.dumps(rc))
+        cluster.wait_for("the Ray cluster Running at 2 workers", lambda: _phase(
+            cluster, namespace, "raycluster-rc") == "Running", timeout=120)
+        first = {p["metadata"]["uid"] for p in _pods(cluster, namespace, workers)}
+        assert len(first) == 2
+
+        cluster.kubectl("patch", "raycluster", "rc", "-n", namespace, "--type=json", "-p", json.dumps(
+            [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 3}]))
+        cluster.wait_for("the added worker to wait for quota as a growth slice", lambda: (
+            len(_pods(cluster, namespace, workers)) == 3
+            and _phase(cluster, namespace, "raycluster-rc.grow-1") in ("Queued", "Unschedulable")), timeout=90)
+        grown = _job(cluster, namespace, "raycluster-rc.grow-1") or {}
+        assert (grown["spec"]["replicas"], grown["spec"]["podSource"]) == (1, {"kind": "RayCluster", "name": "rc"})
+        _held_whole(cluster, namespace, workers + ",!kubegang.io/job-uid")  # the added one stays unbound
+        assert {p["metadata"]["uid"] for p in _pods(cluster, namespace, workers)} >= first
+        assert _phase(cluster, namespace, "raycluster-rc") == "Running"  # the admitted part runs on
+        assert cluster.get_json("gpuqueue", queue)["status"]["usedGPUs"] == 16
+
+        _queue(cluster, queue, namespace, 24)
+        cluster.wait_for("the growth slice Running", lambda: _phase(
+            cluster, namespace, "raycluster-rc.grow-1") == "Running", timeout=120)
+        pods = _pods(cluster, namespace, workers)
+        assert len(pods) == 3 and all(p["status"].get("phase") == "Running" for p in pods)
+        assert first <= {p["metadata"]["uid"] for p in pods}  # nothing restarted to grow
+        for p in pods:
+            assert p["spec"]["nodeName"] == p["metadata"]["annotations"]["kubegang.io/node"]
+        assert cluster.get_json("gpuqueue", queue)["status"]["usedGPUs"] == 24
+
+        cluster.kubectl("delete", "raycluster", "rc", "-n", namespace)
+        cluster.wait_for("every pod, both GPUJobs and the quota given back", lambda: (
+            _pods(cluster, namespace, "ray.io/cluster=rc") == []
+            and _job(cluster, namespace, "raycluster-rc") is None
+            and _job(cluster, namespace, "raycluster-rc.grow-1") is None
+            and cluster.get_json("gpuqueue", queue)["status"].get("usedGPUs") == 0), timeout=120)
+    finally:
+        cluster.kubectl("delete", "raycluster", "--all", "-n", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
+
+
 def test_a_ray_job_is_admitted_as_the_gang_of_its_ray_cluster_runs_to_completion_and_gives_everything_back(
         cluster: Cluster, kubegang: Any, kuberay: dict[str, Any], namespace: str) -> None:
     """KubeRay copies a RayJob's labels to the RayCluster it makes, so a queued RayJob's cluster is held,

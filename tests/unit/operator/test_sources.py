@@ -205,3 +205,62 @@ async def test_a_ray_cluster_with_different_gpu_counts_per_group_is_refused_by_a
     [(where, reason, message, _)] = world.kube.events
     assert where == "RayCluster/team-a/rc" and reason == "NotAdmissible"
     assert message.startswith("spec.workerGroupSpecs:") and "'g0': 8, 'g1': 4" in message
+
+
+def ray_worker(i: int, gpus: int = 8) -> dict[str, Any]:
+    """A worker pod KubeRay made for RayCluster ``rc``, as the watch delivers it."""
+    return {"metadata": {"name": f"rc-g0-worker-{i}", "namespace": "team-a", "uid": f"rc-w{i}",
+                         "labels": {"ray.io/cluster": "rc", "ray.io/node-type": "worker", "ray.io/group": "g0"}},
+            "spec": {"schedulerName": "kubegang", "containers": [
+                {"name": "ray", "image": "rayproject/ray:2.46.0", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+            "status": {"phase": "Pending"}}
+
+
+async def test_a_ray_cluster_scaled_past_its_admission_waits_for_quota_as_a_growth_slice() -> None:
+    from kubegang.api import PodSourceKind
+
+    world = World({"team-a": 32}, NODES)
+    world.cache.upsert_raycluster(ray_cluster(suspend=True))
+    await world.admission.sources.sync()
+    base = represented(world, source_job_name(PodSourceKind.RAY_CLUSTER, "rc"))
+    await world.cycle()
+    for i in range(4):
+        world.cache.upsert_source_pod(ray_worker(i))
+    await world.admission.sources.sync()
+    assert sorted(pins(world)) == [f"rc-g0-worker-{i}" for i in range(4)]
+
+    # Scaled to 6 workers: the 2 added pods are a slice of their own, which waits for quota.
+    world.cache.upsert_raycluster(ray_cluster(replicas=6, suspend=False))
+    for i in (4, 5):
+        world.cache.upsert_source_pod(ray_worker(i))
+    world.kube.patches.clear()
+    await world.admission.sources.sync()
+    grown = represented(world, "raycluster-rc.grow-1")
+    assert (grown.replicas, grown.gpus_per_replica, grown.queue) == (2, 8, "team-a")
+    assert grown.spec.topology.required == "leaf"
+    assert world.kube.objects[("GPUJob", "team-a", "raycluster-rc.grow-1")]["metadata"]["ownerReferences"][0][
+        "uid"] == "rc-uid"
+    assert (world.cache.job(base.uid) or base).replicas == 4  # the admitted base is left as it is
+    outcomes = await world.cycle()
+    assert next(o for o in outcomes if o.job == grown.key).reason is WaitReason.QUOTA_EXHAUSTED  # 32 of 32 used
+    await world.admission.sources.sync()
+    assert pins(world) == {}  # the added pods wait: nobody granted their quota
+
+    world.cache.upsert_queue(gpu_queue("team-a", 48))
+    await world.cycle()
+    admitted = world.cache.job(grown.uid)
+    assert admitted is not None and admitted.phase is Phase.ADMITTED
+    await world.admission.sources.sync()
+    pinned = pins(world)
+    assert sorted(pinned) == ["rc-g0-worker-4", "rc-g0-worker-5"]
+    assert {p["metadata"]["labels"][JOB_UID_LABEL] for p in pinned.values()} == {grown.uid}
+
+    # Preempting or restarting the slice takes only its pods: the cluster is not suspended.
+    world.kube.patches.clear()
+    await world.admission.teardown(admitted)
+    assert [p for p in world.kube.patches if p[0] == "RayCluster"] == []
+
+    # Scaled back to 4: the slice is no longer needed and goes.
+    world.cache.upsert_raycluster(ray_cluster(replicas=4, suspend=False))
+    await world.admission.sources.sync()
+    assert ("GPUJob", "team-a", "raycluster-rc.grow-1") in world.kube.deleted

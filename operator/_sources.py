@@ -17,8 +17,8 @@ leader's bridge between the sources and those GPUJobs, run once per leader step:
 4. **Pin.** Each GPU pod of an admitted source that appears is given a free slot of the recorded
    placement: the labels and annotations of a gang pod (job UID, replica index, attempt, node, GPUs) in
    one patch, which also lifts the ``kubegang.io/admission`` scheduling gate if the pod carries it. From
-   then on the pod is a gang pod like any other (ledger, lifecycle, restarts). Pods beyond the admitted
-   size stay unpinned, so scaling a worker group past its admission waits.
+   then on the pod is a gang pod like any other (ledger, lifecycle, restarts). A Ray cluster's pods
+   beyond its admitted size wait for a growth slice of their own (``operator/_growth.py``).
 5. **Close** (:meth:`SourceBridge.close`, on requeue, preemption, suspend or finish): a RayCluster is
    suspended again (KubeRay deletes every pod), a pod group's pods are deleted (their controller makes
    them anew, and they wait again).

@@ -200,6 +200,7 @@ def test_a_ray_cluster_scaled_past_its_admission_grows_only_when_quota_allows_wi
         assert {p["metadata"]["uid"] for p in _pods(cluster, namespace, workers)} >= first
         assert _phase(cluster, namespace, "raycluster-rc") == "Running"  # the admitted part runs on
         assert cluster.get_json("gpuqueue", queue)["status"]["usedGPUs"] == 16
+        assert "quota" in _why(cluster, namespace, "raycluster-rc.grow-1").lower()  # the slice explains itself
 
         _queue(cluster, queue, namespace, 24)
         cluster.wait_for("the growth slice Running", lambda: _phase(

@@ -53,6 +53,8 @@ from kubegang.topology import (
 log = logging.getLogger(__name__)
 
 _HARD_EFFECTS = ("NoSchedule", "NoExecute")
+_HELD_KINDS = frozenset({PodSourceKind.POD_GROUP, PodSourceKind.SCHEDULING_GROUP})
+"""Sources whose GPU pods wait unpinned whether or not a GPUJob represents them yet (``adopted``)."""
 
 
 class LedgerState:
@@ -227,12 +229,18 @@ class LedgerState:
         self.delete_gpujob(uid)
 
     def adopted(self, pod: PodDemand) -> bool:
-        """Whether ``pod`` belongs to a source kubegang admits (a pod group; a RayCluster some GPUJob
-        adopts): such a pod is placed only once the operator pinned it to a slot of the admission."""
+        """Whether ``pod`` belongs to a source kubegang admits (a pod group, labelled or native; a
+        RayCluster some GPUJob adopts): such a pod is placed only once the operator pinned it to a slot
+        of the admission.
+
+        A GPU pod that names a native PodGroup is held even before its GPUJob exists: its pods appear
+        before the operator has represented the group, and placing them one by one in that gap would
+        break the all-or-nothing the PodGroup asks for (a RayCluster has no such gap: it is created
+        suspended)."""
         if pod.source is None:
             return False
         kind, name = pod.source
-        return kind is PodSourceKind.POD_GROUP or (pod.namespace, name) in self._adopted.values()
+        return kind in _HELD_KINDS or (pod.namespace, name) in self._adopted.values()
 
     def delete_gpujob(self, uid: str) -> None:
         """A GPUJob was deleted or gave its admission back: its durable reservation ends."""

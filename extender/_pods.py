@@ -91,8 +91,9 @@ class PodDemand:
     """Thousandths of one shared GPU (annotation ``kubegang.io/gpu-milli``, set by the operator on a
     ``gpuFraction`` pod it planned); 0 for whole-GPU pods."""
     source: tuple[PodSourceKind, str] | None = None
-    """The pod group or RayCluster the pod's labels name (``kubegang.api.selected_source``): such a pod
-    is placed only once the operator pinned it to a slot of its gang's admission."""
+    """The pod group or RayCluster the pod's labels name, or the native PodGroup its
+    ``spec.schedulingGroup`` names (``kubegang.api.selected_source``): such a pod is placed only once
+    the operator pinned it to a slot of its gang's admission."""
 
     @property
     def holds_gpus(self) -> bool:
@@ -159,5 +160,5 @@ def pod_demand(pod: Pod) -> PodDemand:
         cpu_milli=requests.cpu_milli,
         memory_mib=requests.memory_mib,
         gpu_milli=gpu_milli,
-        source=selected_source(meta.labels),
+        source=selected_source(meta.labels, spec.scheduling_group.pod_group_name if spec.scheduling_group else None),
     )

@@ -77,6 +77,12 @@ class Toleration(_KubeObject):
     effect: str = ""
 
 
+class SchedulingGroup(_KubeObject):
+    """``v1.PodSchedulingGroup``: the native PodGroup (``scheduling.k8s.io``) the pod belongs to."""
+
+    pod_group_name: str | None = Field(default=None, alias="podGroupName")
+
+
 class PodSpec(_KubeObject):
     """The part of ``v1.PodSpec`` the extender reads."""
 
@@ -87,6 +93,7 @@ class PodSpec(_KubeObject):
     node_name: str = Field(default="", alias="nodeName")
     priority: int | None = None
     scheduler_name: str = Field(default="", alias="schedulerName")
+    scheduling_group: SchedulingGroup | None = Field(default=None, alias="schedulingGroup")
 
 
 class Pod(_KubeObject):

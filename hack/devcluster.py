@@ -50,7 +50,17 @@ CONTROLLERS = ",".join([
     "node-lifecycle-controller",
     # Fills the built-in edit/admin/view roles from the chart's aggregated user roles, as in any cluster.
     "clusterrole-aggregation-controller",
+    # Removes the finalizer admission puts on every PodGroup once no live pod names it (else a
+    # namespace with a PodGroup never finishes deleting).
+    "podgroup-protection-controller",
 ])
+WORKLOAD_GATE = "--feature-gates=GenericWorkload=true"
+"""Kubernetes' own Workload/PodGroup API (alpha in 1.36, off by default) and ``spec.schedulingGroup`` on
+pods, so that kubegang can admit native pod groups (docs/ray-and-pod-groups.md). On the API server (which
+serves the API and keeps the pod field) and the controller manager (PodGroup protection) only: not on
+kube-scheduler, whose own GangScheduling plugin stays off, since kubegang is the gang scheduler here
+(docs/decisions.md, "Native PodGroups")."""
+WORKLOAD_API = "--runtime-config=scheduling.k8s.io/v1alpha2=true"
 
 
 def log(msg: str) -> None:
@@ -346,7 +356,7 @@ def up(paths: Paths, shapes: list[str], timeout: float) -> None:
         "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC",
         "--allow-privileged=true", "--endpoint-reconciler-type=none", "--profiling=false",
         "--max-requests-inflight=3000", "--max-mutating-requests-inflight=1500",
-        "--enable-priority-and-fairness=false", "--watch-cache=true", "--v=1",
+        "--enable-priority-and-fairness=false", "--watch-cache=true", WORKLOAD_GATE, WORKLOAD_API, "--v=1",
     ], restart=True)
     wait_for(paths, "kube-apiserver", lambda: https_ok(f"{server}/readyz", pki), 90)
 
@@ -356,7 +366,7 @@ def up(paths: Paths, shapes: list[str], timeout: float) -> None:
         f"--controllers={CONTROLLERS}", "--leader-elect=false",
         f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
         "--use-service-account-credentials=true", "--kube-api-qps=300", "--kube-api-burst=600",
-        "--concurrent-gc-syncs=20", "--v=1",
+        "--concurrent-gc-syncs=20", WORKLOAD_GATE, "--v=1",
     ], restart=True)
     write_scheduler_config(paths, None)
     start_scheduler(paths)

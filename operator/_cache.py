@@ -13,15 +13,24 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from kubegang.api import QUEUE_LABEL, PodSourceKind, selected_source
+from kubegang.api import QUEUE_LABEL, PodSourceKind, scheduling_group_name, selected_source
 from kubegang.operator._conditions import Phase
 from kubegang.operator._job import JobSpecError, JobView, job_view
 from kubegang.operator._lifecycle import PodState, pod_state
 from kubegang.podcontract import JOB_UID_LABEL
 
 SourceKey = tuple[str, PodSourceKind, str]
-"""(namespace, kind, name) of a RayCluster or pod group."""
+"""(namespace, kind, name) of a RayCluster, a labelled pod group or a native (``scheduling.k8s.io``) PodGroup."""
+GANG_KINDS = frozenset({PodSourceKind.POD_GROUP, PodSourceKind.SCHEDULING_GROUP})
+"""Sources whose pods exist before admission (a controller made them): admitted once all of them exist,
+deleted on requeue for their controller to make anew."""
 FINISHED_POD_PHASES = ("Succeeded", "Failed")
+
+
+def pod_source(pod: Mapping[str, Any]) -> tuple[PodSourceKind, str] | None:
+    """The source a pod (as the watch delivered it) belongs to, by its labels and ``spec.schedulingGroup``."""
+    return selected_source(((pod.get("metadata") or {}).get("labels") or {}),
+                           scheduling_group_name(pod.get("spec") or {}))
 
 
 def live_pod(pod: Mapping[str, Any]) -> bool:
@@ -67,6 +76,11 @@ class ClusterCache:
     """UIDs of GPUJobs with ``spec.podSource`` (the bridge looks at these only, not at every job)."""
     source_pods: dict[SourceKey, dict[str, Mapping[str, Any]]] = dataclasses.field(default_factory=dict)
     """Pods of pod groups and RayClusters (as the watch delivered them) by source, then pod name."""
+    podgroups: dict[tuple[str, str], Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """Kubernetes' own PodGroups (``scheduling.k8s.io/v1alpha2``) by (namespace, name): each one its pods
+    name is a gang source once a queue is found (``_sources``). Empty where the API does not serve them."""
+    workloads: dict[tuple[str, str], Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """Their Workloads by (namespace, name): a PodGroup's queue may be a label of its Workload."""
     _parsed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict, repr=False)
     """(generation, spec) each cached view was parsed from, by UID."""
 
@@ -153,10 +167,21 @@ class ClusterCache:
         self.rayclusters.pop((namespace, name), None)
         self.wake.set()
 
+    def record_scheduling_object(self, kind: str, body: Mapping[str, Any], *, deleted: bool = False) -> None:
+        """Record (or, ``deleted``, forget) a native ``PodGroup`` or ``Workload`` (``kind``)."""
+        meta = body.get("metadata") or {}
+        store = self.workloads if kind == "Workload" else self.podgroups
+        key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+        if deleted:
+            store.pop(key, None)
+        else:
+            store[key] = body
+        self.wake.set()
+
     def upsert_source_pod(self, body: Mapping[str, Any]) -> None:
         """Record a pod of a pod group or a RayCluster (the others are ignored)."""
         meta = body.get("metadata") or {}
-        source = selected_source(meta.get("labels") or {})
+        source = pod_source(body)
         if source is None:
             return
         key = (str(meta.get("namespace") or ""), *source)
@@ -166,7 +191,7 @@ class ClusterCache:
     def remove_source_pod(self, body: Mapping[str, Any]) -> None:
         """Forget a deleted pod of a pod group or a RayCluster."""
         meta = body.get("metadata") or {}
-        source = selected_source(meta.get("labels") or {})
+        source = pod_source(body)
         if source is None:
             return
         key = (str(meta.get("namespace") or ""), *source)
@@ -249,7 +274,7 @@ class ClusterCache:
     def source_complete(self, job: JobView) -> bool:
         """Whether a pod group's job has all of its pods (always true for every other job)."""
         source = job.spec.pod_source
-        if source is None or source.kind is not PodSourceKind.POD_GROUP:
+        if source is None or source.kind not in GANG_KINDS:
             return True
         pods = self.source_pods.get((job.namespace, source.kind, source.name), {})
         return sum(1 for p in pods.values() if live_pod(p)) >= job.replicas

@@ -4,14 +4,16 @@ Kueue admits the workloads people already have by representing each with a ``Wor
 the same with a GPUJob carrying ``spec.podSource`` (docs/ray-and-pod-groups.md). This module is the
 leader's bridge between the sources and those GPUJobs, run once per leader step:
 
-1. **Represent.** Every RayCluster labelled ``kubegang.io/queue`` and every pod group (pods labelled
-   ``kubegang.io/pod-group`` / ``kubegang.io/group-size`` / ``kubegang.io/queue``) gets one GPUJob in
-   its namespace (``raycluster-<name>``, ``podgroup-<name>``): its GPU pods as ``replicas``, their
-   requests as the template, topology from the source's annotations. From there on the one admission
+1. **Represent.** Every RayCluster labelled ``kubegang.io/queue``, every pod group (pods labelled
+   ``kubegang.io/pod-group`` / ``kubegang.io/group-size`` / ``kubegang.io/queue``) and every native
+   ``scheduling.k8s.io`` PodGroup that pods name in ``spec.schedulingGroup`` (size from its gang
+   policy's ``minCount``, queue from a label on it, its Workload or the pods) gets one GPUJob in its
+   namespace (``raycluster-<name>``, ``podgroup-<name>``, ``schedulinggroup-<name>``): its GPU pods as
+   ``replicas``, their requests as the template, topology from the source's annotations. From there on the one admission
    path decides (quota, fair share, placement, preemption, status, ``kubectl gang why``).
 2. **Hold.** A RayCluster whose GPUJob holds no admission is kept ``suspend: true`` (KubeRay then runs
    no pod; the chart's MutatingAdmissionPolicy sets it at creation, so no pod starts before this runs).
-   A pod group's pods cannot bind before they are pinned: the extender refuses them.
+   A pod group's pods (labelled or native) cannot bind before they are pinned: the extender refuses them.
 3. **Open** (the admission's step 5, :meth:`SourceBridge.open`): a RayCluster is unsuspended; a pod
    group's pods exist already.
 4. **Pin.** Each GPU pod of an admitted source that appears is given a free slot of the recorded
@@ -39,6 +41,7 @@ import pydantic
 from kubegang.api import (
     GPU_RESOURCE,
     QUEUE_LABEL,
+    SCHEDULING_API_VERSION,
     SOURCE_KIND_LABEL,
     SOURCE_NAME_LABEL,
     GPUJobSpec,
@@ -46,12 +49,21 @@ from kubegang.api import (
     RayGangError,
     RequestError,
     SourceError,
+    native_pod_group,
     pod_group_member,
     pod_spec_requests,
     ray_cluster_gang,
     source_job_name,
+    workload_name,
 )
-from kubegang.operator._cache import FINISHED_POD_PHASES, HOLDING_PHASES, ClusterCache, SourceKey, live_pod
+from kubegang.operator._cache import (
+    FINISHED_POD_PHASES,
+    GANG_KINDS,
+    HOLDING_PHASES,
+    ClusterCache,
+    SourceKey,
+    live_pod,
+)
 from kubegang.operator._growth import StepKind, plan_growth, slice_number
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import KubePort
@@ -140,22 +152,61 @@ def ray_cluster_spec(rc: Mapping[str, Any]) -> dict[str, Any]:
                  PodSourceKind.RAY_CLUSTER, gang.name)
 
 
-def pod_group_spec(namespace: str, group: str, pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The GPUJob spec of a pod group from its live pods; :class:`SourceError` names the bad label."""
-    members = [(p, pod_group_member(p)) for p in sorted(pods, key=lambda p: str(p["metadata"].get("name")))]
-    first_pod, first = members[0]
-    assert first is not None
-    for pod, member in members[1:]:
-        assert member is not None
-        if (member.size, member.queue, member.requests.gpus) != (first.size, first.queue, first.requests.gpus):
+def _by_name(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return sorted(pods, key=lambda p: str(p["metadata"].get("name")))
+
+
+def _one_shape(group: str, pods: Sequence[Mapping[str, Any]], says: Callable[[Mapping[str, Any]], tuple[Any, ...]],
+               what: str) -> None:
+    """Every pod of a group says the same (``says``) as the first, and asks for GPUs: a gang is identical
+    pods. :class:`SourceError` names the first pod that differs and ``what`` must agree."""
+    first_pod, *rest = pods
+    first = says(first_pod)
+    for pod in rest:
+        if says(pod) != first:
             raise SourceError(f"pod {pod['metadata'].get('name')}: every pod of group {group!r} must carry the same "
-                              f"group size, queue and GPU request as {first_pod['metadata'].get('name')} "
-                              f"({first.size}, {first.queue!r}, {first.requests.gpus} GPUs)")
-    if not first.requests.gpus:
+                              f"{what} as {first_pod['metadata'].get('name')} ({', '.join(map(repr, first))})")
+    if not first[-1]:
         raise SourceError(f"spec.containers[*].resources: the pods of group {group!r} ask for no {GPU_RESOURCE}; "
                           "kubegang admits GPU gangs")
-    return _spec(first.size, first.queue, first.topology.model_dump(), first_pod.get("spec") or {},
+
+
+def pod_group_spec(namespace: str, group: str, pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The GPUJob spec of a pod group from its live pods; :class:`SourceError` names the bad label."""
+    ordered = _by_name(pods)
+    members = {str(p["metadata"].get("name")): pod_group_member(p) for p in ordered}
+
+    def says(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+        member = members[str(pod["metadata"].get("name"))]
+        assert member is not None
+        return member.size, member.queue, member.requests.gpus
+
+    _one_shape(group, ordered, says, "group size, queue and GPU request")
+    first = members[str(ordered[0]["metadata"].get("name"))]
+    assert first is not None
+    return _spec(first.size, first.queue, first.topology.model_dump(), ordered[0].get("spec") or {},
                  PodSourceKind.POD_GROUP, group)
+
+
+def scheduling_group_spec(group: str, podgroup: Mapping[str, Any] | None, workload: Mapping[str, Any] | None,
+                          pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The GPUJob spec of a native PodGroup from the object and its live pods (which name it in
+    ``spec.schedulingGroup``); :class:`SourceError` names what cannot be used."""
+    if podgroup is None:
+        raise SourceError(f"spec.schedulingGroup.podGroupName: PodGroup {group!r} ({SCHEDULING_API_VERSION}) does "
+                          f"not exist (yet); the pods wait for it")
+    ordered = _by_name(pods)
+    gang = native_pod_group(podgroup, workload, (ordered[0].get("metadata") or {}).get("labels") or {})
+
+    def says(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+        try:
+            return (pod_spec_requests(pod.get("spec") or {}, where="spec").gpus,)
+        except RequestError as exc:
+            raise SourceError(f"pod {pod['metadata'].get('name')}: {exc}") from None
+
+    _one_shape(group, ordered, says, "GPU request")
+    return _spec(gang.size, gang.queue, gang.topology.model_dump(), ordered[0].get("spec") or {},
+                 PodSourceKind.SCHEDULING_GROUP, group)
 
 
 class SourceBridge:
@@ -212,6 +263,10 @@ class SourceBridge:
             live = [p for p in pods.values() if live_pod(p)]
             if kind is PodSourceKind.POD_GROUP and live:
                 out[key] = functools.partial(_group_work, namespace, name, live)
+            elif kind is PodSourceKind.SCHEDULING_GROUP and live:
+                podgroup = self.cache.podgroups.get((namespace, name))
+                workload = self.cache.workloads.get((namespace, workload_name(podgroup or {}) or ""))
+                out[key] = functools.partial(_scheduling_group_work, name, podgroup, workload, live)
         return out
 
     async def _represent(self, key: SourceKey, work: Callable[[], tuple[dict[str, Any], Mapping[str, Any] | None]],
@@ -271,10 +326,14 @@ class SourceBridge:
         self._reported[key] = error
         namespace, kind, name = key
         log.error("%s %s/%s: %s", kind.value, namespace, name, error)
+        podgroup = self.cache.podgroups.get((namespace, name)) if kind is PodSourceKind.SCHEDULING_GROUP else None
         if kind is PodSourceKind.RAY_CLUSTER:
             rc = self.cache.rayclusters.get((namespace, name)) or {}
             involved = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": name, "namespace": namespace,
                         "uid": str((rc.get("metadata") or {}).get("uid") or "")}
+        elif podgroup is not None:
+            involved = {"apiVersion": SCHEDULING_API_VERSION, "kind": "PodGroup", "name": name,
+                        "namespace": namespace, "uid": str((podgroup.get("metadata") or {}).get("uid") or "")}
         else:
             pods = sorted(self.cache.source_pods.get(key, {}).values(), key=lambda p: str(p["metadata"]["name"]))
             if not pods:
@@ -357,7 +416,7 @@ class SourceBridge:
     async def _delete_gone_groups(self, jobs: Mapping[SourceKey, JobView]) -> None:
         now = self.clock()
         for key, job in jobs.items():
-            if key[1] is not PodSourceKind.POD_GROUP:
+            if key[1] not in GANG_KINDS:
                 continue
             if any(live_pod(p) for p in self.cache.source_pods.get(key, {}).values()):
                 self._gone_since.pop(key, None)
@@ -379,6 +438,13 @@ def _group_work(namespace: str, name: str, live: Sequence[Mapping[str, Any]]
     return pod_group_spec(namespace, name, live), None
 
 
+def _scheduling_group_work(name: str, podgroup: Mapping[str, Any] | None, workload: Mapping[str, Any] | None,
+                           live: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
+    spec = scheduling_group_spec(name, podgroup, workload, live)
+    assert podgroup is not None  # scheduling_group_spec refuses a missing one
+    return spec, _owner(podgroup, SCHEDULING_API_VERSION, "PodGroup")
+
+
 def _is_slice(job: JobView) -> bool:
     """Whether ``job`` is a growth slice of its source's GPUJob rather than that GPUJob itself."""
     source = job.spec.pod_source
@@ -391,9 +457,10 @@ def _slice_order(job: JobView) -> int:
     return slice_number(job.name, source_job_name(source.kind, source.name)) or 0
 
 
-def _owner(rc: Mapping[str, Any]) -> dict[str, Any]:
-    meta = rc.get("metadata") or {}
-    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": str(meta.get("name")),
+def _owner(obj: Mapping[str, Any], api_version: str = "ray.io/v1", kind: str = "RayCluster") -> dict[str, Any]:
+    """An owner reference to the source, so that deleting it deletes its GPUJob (garbage collector)."""
+    meta = obj.get("metadata") or {}
+    return {"apiVersion": api_version, "kind": kind, "name": str(meta.get("name")),
             "uid": str(meta.get("uid")), "controller": True, "blockOwnerDeletion": False}
 
 

@@ -24,11 +24,17 @@ from lightkube.generic_resource import GenericGlobalResource
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.scheduling_v1 import PriorityClass
 
-from kubegang.api import POD_GROUP_LABEL, RAY_CLUSTER_LABEL
+from kubegang.api import POD_GROUP_LABEL, RAY_CLUSTER_LABEL, scheduling_group_name
 from kubegang.backoff import Backoff, RetrySchedule
 from kubegang.operator._cache import ClusterCache
 from kubegang.operator._kopf_essence import EventsOnlyDiffBase
-from kubegang.operator._kube import GPUJobResource, GPUQueueResource, RayClusterResource
+from kubegang.operator._kube import (
+    GPUJobResource,
+    GPUQueueResource,
+    PodGroupResource,
+    RayClusterResource,
+    WorkloadResource,
+)
 from kubegang.podcontract import JOB_UID_LABEL
 
 log = logging.getLogger("kubegang.operator.watches")
@@ -116,6 +122,24 @@ def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_s
         else:
             cache.upsert_source_pod(body)
 
+    # Kubernetes' own PodGroups and Workloads (scheduling.k8s.io/v1alpha2, served only with the
+    # GenericWorkload gate; like KubeRay's CRD, Kopf serves these handlers only where the API exists)
+    # and the pods that name a PodGroup in spec.schedulingGroup (Kopf filters its one pod watch here).
+    @kopf.on.event("scheduling.k8s.io", "v1alpha2", "podgroups", registry=registry)
+    async def podgroup_event(type: str | None, body: Mapping[str, Any], **_: Any) -> None:
+        cache.record_scheduling_object("PodGroup", body, deleted=type == "DELETED")
+
+    @kopf.on.event("scheduling.k8s.io", "v1alpha2", "workloads", registry=registry)
+    async def workload_event(type: str | None, body: Mapping[str, Any], **_: Any) -> None:
+        cache.record_scheduling_object("Workload", body, deleted=type == "DELETED")
+
+    @kopf.on.event("", "v1", "pods", when=_names_scheduling_group, registry=registry)
+    async def scheduling_group_pod_event(type: str | None, body: Mapping[str, Any], **_: Any) -> None:
+        if type == "DELETED":
+            cache.remove_source_pod(body)
+        else:
+            cache.upsert_source_pod(body)
+
     @kopf.on.event("", "v1", "nodes", labels={GPU_PRODUCT_LABEL: kopf.PRESENT}, registry=registry)
     async def node_event(type: str | None, body: Mapping[str, Any], name: str, **_: Any) -> None:
         labels = (body.get("metadata") or {}).get("labels") or {}
@@ -126,6 +150,10 @@ def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_s
         cache.set_priority(name, None if type == "DELETED" else int(body.get("value") or 0))
 
     return registry
+
+
+def _names_scheduling_group(spec: Mapping[str, Any], **_: Any) -> bool:
+    return scheduling_group_name(spec) is not None
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
@@ -168,23 +196,41 @@ async def resync_from_api(client: AsyncClient, cache: ClusterCache) -> None:
     log.info("resynced: %d jobs, %d queues, %d gangs with pods", len(cache.jobs), len(cache.queues), len(cache.pods))
 
 
-async def _resync_sources(client: AsyncClient, cache: ClusterCache) -> None:
-    """Reload RayClusters (when KubeRay's CRD exists) and the pods of pod groups and RayClusters."""
-    seen: set[tuple[str, str]] = set()
+async def _served(client: AsyncClient, resource: Any) -> list[dict[str, Any]] | None:
+    """Every object of ``resource`` in every namespace, or None where the API server does not serve it
+    (KubeRay not installed, scheduling.k8s.io/v1alpha2 not enabled)."""
     try:
-        async for rc in client.list(RayClusterResource, namespace="*"):
-            body = _as_dict(rc)
-            cache.upsert_raycluster(body)
-            seen.add((str(body["metadata"].get("namespace")), str(body["metadata"].get("name"))))
+        return [_as_dict(obj) async for obj in client.list(resource, namespace="*")]
     except (ApiError, httpx2.HTTPStatusError) as exc:
-        # 404: KubeRay is not installed, so there is no RayCluster. The API server answers an unknown
-        # group with a plain-text 404, which lightkube raises as httpx2's error, not as an ApiError.
+        # 404: not served. The API server answers an unknown group or version with a plain-text 404,
+        # which lightkube raises as httpx2's error, not as an ApiError.
         code = exc.status.code if isinstance(exc, ApiError) else exc.response.status_code
         if code != 404:
             raise
+        return None
+
+
+async def _resync_sources(client: AsyncClient, cache: ClusterCache) -> None:
+    """Reload RayClusters (when KubeRay's CRD exists), native PodGroups and Workloads (when the API
+    serves them) and the pods of pod groups, native PodGroups and RayClusters."""
+    seen: set[tuple[str, str]] = set()
+    for body in await _served(client, RayClusterResource) or []:
+        cache.upsert_raycluster(body)
+        seen.add((str(body["metadata"].get("namespace")), str(body["metadata"].get("name"))))
     for key in set(cache.rayclusters) - seen:
         cache.remove_raycluster(*key)
+    cache.podgroups.clear()
+    cache.workloads.clear()
+    for kind, resource in (("PodGroup", PodGroupResource), ("Workload", WorkloadResource)):
+        for body in await _served(client, resource) or []:
+            cache.record_scheduling_object(kind, body)
     cache.source_pods.clear()
     for label in (POD_GROUP_LABEL, RAY_CLUSTER_LABEL):
         async for pod in client.list(Pod, namespace="*", labels={label: None}):
             cache.upsert_source_pod(_as_dict(pod))
+    if cache.podgroups:
+        # No selector reaches spec.schedulingGroup: every pod is listed, but only where PodGroups exist.
+        async for pod in client.list(Pod, namespace="*"):
+            body = _as_dict(pod)
+            if scheduling_group_name(body.get("spec") or {}) is not None:
+                cache.upsert_source_pod(body)

@@ -96,6 +96,8 @@ class PodSourceKind(enum.StrEnum):
 
     RAY_CLUSTER = "RayCluster"
     POD_GROUP = "PodGroup"
+    SCHEDULING_GROUP = "SchedulingGroup"
+    """Kubernetes' own ``scheduling.k8s.io/v1alpha2`` PodGroup, named by the pods' ``spec.schedulingGroup``."""
 
 
 class PodSource(ApiModel):
@@ -108,9 +110,10 @@ class PodSource(ApiModel):
     RayCluster is suspended; a pod group's pods are deleted for their controller to make anew)."""
 
     kind: PodSourceKind
-    """``RayCluster`` (KubeRay, ``ray.io/v1``) or ``PodGroup`` (pods labelled ``kubegang.io/pod-group``)."""
+    """``RayCluster`` (KubeRay, ``ray.io/v1``), ``PodGroup`` (pods labelled ``kubegang.io/pod-group``) or
+    ``SchedulingGroup`` (a ``scheduling.k8s.io/v1alpha2`` PodGroup the pods name in ``spec.schedulingGroup``)."""
     name: str = Field(min_length=1, max_length=253)
-    """The RayCluster's name, or the value of the pods' ``kubegang.io/pod-group`` label."""
+    """The RayCluster's name, the value of the pods' ``kubegang.io/pod-group`` label, or the PodGroup's name."""
 
 
 _EXPLICIT_GPUS = "(has(self.gpusPerReplica) || has(self.gpuFraction))"

@@ -223,6 +223,53 @@ def test_a_ray_cluster_scaled_past_its_admission_grows_only_when_quota_allows_wi
         cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
 
 
+def test_a_higher_priority_gang_preempts_a_ray_cluster_whole_and_it_runs_again_afterwards(
+        cluster: Cluster, kubegang: Any, kuberay: dict[str, Any], namespace: str) -> None:
+    """Preemption evicts the whole Ray cluster: its GPUJob is requeued with the reason, the RayCluster is
+    suspended (KubeRay deletes every pod, the CPU head too), and it runs again once the GPUs are free."""
+    cluster.use_shape("superpod-h100")
+    queue = namespace
+    cluster.apply({"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUQueue", "metadata": {"name": queue},
+                   "spec": {"namespaces": [namespace], "resources": [{"flavor": H100, "nominal": 16}],
+                            "preemption": {"withinQueue": "LowerPriority"}}})
+    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+          "metadata": {"name": "rc", "namespace": namespace, "labels": {"kubegang.io/queue": queue}},
+          "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                       "containers": [_container("ray-head", 0)]}}},
+                   "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2,
+                                         "rayStartParams": {}, "template": {"spec": {
+                                             "containers": [_container("ray-worker", 8)]}}}]}}
+    high = {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob",
+            "metadata": {"name": "high", "namespace": namespace},
+            "spec": {"replicas": 2, "queue": queue, "priority": 100, "template": {"spec": {"containers": [
+                {"name": "main", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}}}
+    try:
+        cluster.kubectl("create", "-f", "-", input=json.dumps(rc))
+        cluster.wait_for("the Ray cluster Running", lambda: _phase(cluster, namespace, "raycluster-rc") == "Running",
+                         timeout=120)
+        assert len(_pods(cluster, namespace, "ray.io/cluster=rc")) == 3
+
+        cluster.apply(high)
+        cluster.wait_for("the higher-priority GPUJob Running", lambda: _phase(cluster, namespace, "high") == "Running",
+                         timeout=120)
+        job = _job(cluster, namespace, "raycluster-rc") or {}
+        preempted = next(c for c in job["status"]["conditions"] if c["type"] == "Preempted")
+        assert preempted["status"] == "True" and f"{namespace}/high" in preempted["message"]
+        assert job["status"]["phase"] in ("Queued", "Unschedulable")
+        assert cluster.get_json("raycluster", "rc", "-n", namespace)["spec"]["suspend"] is True
+        cluster.wait_for("every pod of the Ray cluster gone, the head too", lambda: _pods(
+            cluster, namespace, "ray.io/cluster=rc") == [], timeout=60)
+
+        cluster.kubectl("delete", "gpujob", "high", "-n", namespace)
+        cluster.wait_for("the Ray cluster Running again, whole", lambda: (
+            _phase(cluster, namespace, "raycluster-rc") == "Running"
+            and len(_pods(cluster, namespace, "ray.io/cluster=rc,ray.io/node-type=worker")) == 2), timeout=120)
+        assert cluster.get_json("raycluster", "rc", "-n", namespace)["spec"]["suspend"] is False
+    finally:
+        cluster.kubectl("delete", "raycluster,gpujob", "--all", "-n", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
+
+
 def test_a_ray_job_is_admitted_as_the_gang_of_its_ray_cluster_runs_to_completion_and_gives_everything_back(
         cluster: Cluster, kubegang: Any, kuberay: dict[str, Any], namespace: str) -> None:
     """KubeRay copies a RayJob's labels to the RayCluster it makes, so a queued RayJob's cluster is held,

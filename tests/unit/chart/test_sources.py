@@ -56,7 +56,9 @@ def test_scheduler_config_is_the_python_rendering(render: Render) -> None:
         lease_namespace="gpu-system",
     )))
     assert chart == python
-    assert chart["profiles"] == [{"schedulerName": "kubegang"}]
+    # kube-scheduler's own gang plugin stays out of kubegang's profile (one gang authority).
+    assert chart["profiles"] == [{"schedulerName": "kubegang",
+                                  "plugins": {"multiPoint": {"disabled": [{"name": "GangScheduling"}]}}}]
 
 
 def test_scheduler_config_follows_leader_election_value(render: Render) -> None:

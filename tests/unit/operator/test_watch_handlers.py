@@ -19,7 +19,8 @@ def handlers() -> dict[str, object]:
 def test_every_cache_feeding_handler_is_a_coroutine_function() -> None:
     found = handlers()
     assert set(found) == {"job_event", "queue_event", "pod_event", "node_event", "priority_event",
-                          "raycluster_event", "group_pod_event", "ray_pod_event"}
+                          "raycluster_event", "group_pod_event", "ray_pod_event", "podgroup_event",
+                          "workload_event", "scheduling_group_pod_event"}
     assert [name for name, fn in found.items() if not inspect.iscoroutinefunction(fn)] == []
 
 

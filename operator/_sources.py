@@ -263,7 +263,8 @@ class SourceBridge:
             live = [p for p in pods.values() if live_pod(p)]
             if kind is PodSourceKind.POD_GROUP and live:
                 out[key] = functools.partial(_group_work, namespace, name, live)
-            elif kind is PodSourceKind.SCHEDULING_GROUP and live:
+            elif kind is PodSourceKind.SCHEDULING_GROUP and any(_asks_for_gpus(p) for p in live):
+                # A group of pods that ask for no GPU is not kubegang's: kube-scheduler places it.
                 podgroup = self.cache.podgroups.get((namespace, name))
                 workload = self.cache.workloads.get((namespace, workload_name(podgroup or {}) or ""))
                 out[key] = functools.partial(_scheduling_group_work, name, podgroup, workload, live)

@@ -60,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     p = sub.add_parser("why", parents=[common], help="why a GPUJob is not running, its position, what would change it")
-    p.add_argument("job", type=job_name_of, help="name of the GPUJob, or raycluster/NAME or podgroup/NAME for the "
-                   "GPUJob that represents a RayCluster or pod group")
+    p.add_argument("job", type=job_name_of, help="name of the GPUJob, or raycluster/NAME, podgroup/NAME or "
+                   "schedulinggroup/NAME for the GPUJob that represents a RayCluster, pod group or native PodGroup")
     p.set_defaults(func=_cmd_why)
     p = sub.add_parser("queues", parents=[common], help="the GPUQueue tree: nominal, usage, borrowed, lent, "
                        "pending, admitted, fair share per flavour")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .test_ray_gangs import _held_whole, _job, _leaves, _phase, _pods, _queue
+from .test_ray_gangs import _held_whole, _job, _leaves, _phase, _pods, _queue, _why
 
 Cluster = Any
 SCHEDULING = "scheduling.k8s.io/v1alpha2"
@@ -60,6 +60,7 @@ def test_a_native_podgroup_from_a_deployment_waits_whole_starts_whole_in_one_lea
         message = json.dumps(cluster.get_json("events", "-n", namespace, "--field-selector",
                                               "involvedObject.kind=Pod")["items"])
         assert "waits for kubegang to admit its gang (SchedulingGroup workers)" in message
+        assert "32" in _why(cluster, namespace, "schedulinggroup/workers")  # the PodGroup by its own name
 
         _queue(cluster, queue, namespace, 32)
         cluster.wait_for("all four bound and Running", lambda: len(pods := _pods(cluster, namespace, selector)) == 4

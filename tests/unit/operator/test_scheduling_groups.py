@@ -140,6 +140,14 @@ async def test_a_podgroup_kubegang_cannot_admit_gets_one_event_on_itself_naming_
     assert where == "PodGroup/team-a/pg" and reason == "NotAdmissible" and message.startswith(named)
 
 
+async def test_a_podgroup_whose_pods_ask_for_no_gpu_is_not_kubegangs_and_gets_nothing() -> None:
+    world = World({"team-a": 32}, NODES)
+    world.cache.record_scheduling_object("PodGroup", podgroup())  # no queue anywhere
+    world.cache.upsert_source_pod(member(0, gpus=0))
+    await world.admission.sources.sync()
+    assert world.kube.objects == {} and world.kube.events == []
+
+
 async def test_pods_of_one_podgroup_asking_for_different_gpus_are_named() -> None:
     world = World({"team-a": 32}, NODES)
     world.cache.record_scheduling_object("PodGroup", podgroup(2, **{"kubegang.io/queue": "team-a"}))

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator, Mapping
+import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from kubegang.api import QUEUE_LABEL, PodSourceKind, scheduling_group_name, selected_source
+from kubegang.operator._changes import ChangedJobs
 from kubegang.operator._conditions import Phase
 from kubegang.operator._job import JobSpecError, JobView, job_view
 from kubegang.operator._lifecycle import PodState, pod_state
@@ -62,6 +64,15 @@ class ClusterCache:
     """Status the leader wrote but has not yet seen echoed, by job UID."""
     deleted: set[str] = dataclasses.field(default_factory=set)
     """UIDs of deleted jobs whose reservation and quota the leader has still to release."""
+    _readers: list[ChangedJobs] = dataclasses.field(default_factory=list, repr=False)
+    """Every reader's set of changed jobs (``changes``): each change of a job is marked in all of them."""
+    _order: dict[str, int] = dataclasses.field(default_factory=dict, repr=False)
+    """UID -> when the job entered ``jobs``: the order every reader sees jobs in, kept for a subset."""
+    _entered: Iterator[int] = dataclasses.field(default_factory=itertools.count, repr=False)
+    _waiting: set[str] = dataclasses.field(default_factory=set, repr=False)
+    """UIDs that waited for admission when last evaluated (``pending``)."""
+    _unsure: set[str] = dataclasses.field(default_factory=set, repr=False)
+    """UIDs changed since ``pending`` last evaluated them."""
     queues_changed: bool = True
     """The queue tree must be rebuilt before the next admission."""
     wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -102,9 +113,13 @@ class ClusterCache:
         except JobSpecError as exc:
             self.invalid_jobs[uid] = str(exc)
             self.jobs.pop(uid, None)
+            self._order.pop(uid, None)
+            self._changed(uid)
             self.wake.set()
             return None
         self.invalid_jobs.pop(uid, None)
+        if view.uid not in self.jobs:
+            self._order[view.uid] = next(self._entered)
         self.jobs[view.uid] = view
         if view.spec.pod_source is not None:
             self.sourced.add(view.uid)
@@ -117,6 +132,7 @@ class ClusterCache:
         assumed = self.assumed.get(view.uid)
         if assumed is not None and all(view.status.get(k) == v for k, v in assumed.items()):
             self.assumed.pop(view.uid, None)
+        self._changed(view.uid)
         self.wake.set()
         return view
 
@@ -129,6 +145,8 @@ class ClusterCache:
         self._parsed.pop(uid, None)
         self.invalid_jobs.pop(uid, None)
         self.assumed.pop(uid, None)
+        self._order.pop(uid, None)
+        self._changed(uid)
         self.wake.set()
 
     def upsert_pod(self, body: Mapping[str, Any]) -> None:
@@ -138,6 +156,7 @@ class ClusterCache:
             return
         state = pod_state(body)
         self.pods.setdefault(uid, {})[state.name] = state
+        self._changed(uid)
         self.wake.set()
 
     def remove_pod(self, body: Mapping[str, Any]) -> None:
@@ -150,6 +169,7 @@ class ClusterCache:
         pods.pop(str(meta.get("name", "")), None)
         if not pods:
             self.pods.pop(uid, None)
+        self._changed(uid)
         self.wake.set()
 
     def upsert_raycluster(self, body: Mapping[str, Any]) -> None:
@@ -236,11 +256,24 @@ class ClusterCache:
         base = self.jobs.get(job.uid, job).status
         merged = {**base, **self.assumed.get(job.uid, {}), **status}
         self.assumed[job.uid] = merged
+        self._changed(job.uid)
         return dataclasses.replace(job, status=merged)
 
     def forget(self, uid: str) -> None:
         """Drop an assumption that was not confirmed (the write failed)."""
-        self.assumed.pop(uid, None)
+        if self.assumed.pop(uid, None) is not None:
+            self._changed(uid)
+
+    def changes(self) -> ChangedJobs:
+        """A new reader's set of changed jobs: from now on every change of a job marks its UID there."""
+        reader = ChangedJobs()
+        self._readers.append(reader)
+        return reader
+
+    def _changed(self, uid: str) -> None:
+        self._unsure.add(uid)
+        for reader in self._readers:
+            reader.mark(uid)
 
     def job(self, uid: str) -> JobView | None:
         """The job with ``uid``, with any assumption applied."""
@@ -257,19 +290,30 @@ class ClusterCache:
             if view is not None:
                 yield view
 
+    def jobs_among(self, uids: Iterable[str]) -> list[JobView]:
+        """The readable jobs of ``uids`` (others are skipped), in the order of ``all_jobs``."""
+        known = sorted((uid for uid in uids if uid in self.jobs), key=self._order.__getitem__)
+        return [view for uid in known if (view := self.job(uid)) is not None]
+
     def pods_of(self, uid: str) -> list[PodState]:
         """The pods of job ``uid`` as last seen."""
         return list(self.pods.get(uid, {}).values())
 
     def pending(self) -> list[JobView]:
         """Jobs waiting for admission: not suspended, holding nothing, no pods of theirs left; a pod
-        group's job once all its pods exist (Kueue's rule: a group is admitted when it is complete)."""
-        return [
-            job
-            for job in self.all_jobs()
-            if job.phase in WAITING_PHASES and not job.spec.suspend and not self.pods.get(job.uid)
-            and self.source_complete(job)
-        ]
+        group's job once all its pods exist (Kueue's rule: a group is admitted when it is complete).
+
+        Only the jobs changed since the last call are looked at again (a burst's step changes a few of
+        2,000); whether a pod group is complete is asked afresh each time, since its pods are not the
+        job's own."""
+        for uid in self._unsure:
+            view = self.job(uid)
+            if view is not None and view.phase in WAITING_PHASES and not view.spec.suspend and not self.pods.get(uid):
+                self._waiting.add(uid)
+            else:
+                self._waiting.discard(uid)
+        self._unsure.clear()
+        return [job for job in self.jobs_among(self._waiting) if self.source_complete(job)]
 
     def source_complete(self, job: JobView) -> bool:
         """Whether a pod group's job has all of its pods (always true for every other job)."""

@@ -123,6 +123,7 @@ class Controller:
                 self.admission.sync_queues()
                 self._written.clear()
                 self.positions.forget()
+                self.supervisor.look_at_everything()
             except Exception:
                 log.exception("rebuilding state failed; retrying")
                 await asyncio.sleep(1)
@@ -155,7 +156,8 @@ class Controller:
             log.exception("supervision pass failed")
         self._start_queue_status()
         quota = self.admission.quota
-        if isinstance(quota, QuotaBook):  # the order is the core tree's; another port has none to report
+        # The order is the core tree's (another port has none to report); every few seconds only.
+        if isinstance(quota, QuotaBook) and self.positions.due():
             try:
                 self.positions.report(self.cache.pending(), quota.positions, self.cache.job,
                                       self.admission.cycle.reservation)

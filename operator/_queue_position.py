@@ -52,11 +52,15 @@ class PositionReporter:
         self._written.clear()
         self._waited.clear()
 
+    def due(self) -> bool:
+        """Whether ``report`` would make a pass now (its caller need not list the waiting jobs else)."""
+        return self.monotonic() - self._last >= self.every
+
     def report(self, pending: Sequence[JobView], positions: Positions, job: Callable[[str], JobView | None],
                reservation: Callable[[str], frozenset[str] | None] = lambda uid: None) -> int:
         """One pass when it is due; returns the number of status patches queued. ``reservation``: the
         nodes a job holds by backfill (the cycle's ``reservation``), written with its position."""
-        if self.monotonic() - self._last < self.every:
+        if not self.due():
             return 0
         self._last = self.monotonic()
         found = positions(pending)

@@ -3,6 +3,14 @@
 ``_lifecycle.decide`` says what to do; this module does it against the ports: delete the whole gang,
 release its reservation and quota, write status, record events, count restarts. It also finishes
 admissions a previous leader recorded but did not get to create pods for (step 5 of the cycle).
+
+A pass looks at the jobs that may have something to do, not at every job: those whose object, assumed
+status or pods changed since their last look (the cache's ``changes``), those it acted on or skipped
+last time, the Admitted ones (their pods are being created and bound, which is timed), and those whose
+timer (``Decision.recheck_after``) is due. Every other job is as it was when its last look found
+nothing to do, and ``decide`` is a function of the job, its pods and the clock, so it would find
+nothing again. A full pass every ``FULL_PASS_SECONDS`` (and the first one of a leadership) is the
+safety net.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from kubegang.operator._types import RepairResult, WaitReason
 
 log = logging.getLogger("kubegang.operator.supervisor")
 
+FULL_PASS_SECONDS = 10.0
+"""Longest time between two passes that look at every job, whatever changed."""
 REPAIR_INTERVAL_SECONDS = 2.0
 """How often an admitted gang whose pods are not all bound asks the extender whether a pod kubegang did
 not place took some of its GPUs (``Repair``): a displaced slot is re-placed within seconds instead of
@@ -44,9 +54,31 @@ class Supervisor:
         cost a few round trips of the pass, not 200 in a row."""
         self._repaired_at: dict[str, float] = {}
         """Job UID -> clock seconds of its last Repair question."""
+        self._changes = self.cache.changes()
+        self._again: set[str] = set()
+        """UIDs the next pass looks at even if they do not change (acted on, skipped, Admitted)."""
+        self._timers: dict[str, dt.datetime] = {}
+        """UID -> when its decision changes with time alone (``Decision.recheck_after``)."""
+        self._full_at: dt.datetime | None = None
+        """When the next pass looks at every job (None: the next one)."""
+        self.looked_at = 0
+        """Jobs the last pass looked at."""
+
+    def look_at_everything(self) -> None:
+        """Let the next pass look at every job (a new leadership: the cache was reloaded)."""
+        self._full_at = None
+
+    def _to_look_at(self, now: dt.datetime) -> list[JobView]:
+        changed = self._changes.take()
+        if self._full_at is None or now >= self._full_at:
+            self._full_at = now + dt.timedelta(seconds=FULL_PASS_SECONDS)
+            return list(self.cache.all_jobs())
+        due = {uid for uid, at in self._timers.items() if at <= now}
+        return self.cache.jobs_among(changed | self._again | due)
 
     async def run_pass(self) -> float | None:
-        """Look at every job once; returns the seconds until a timer is due (None: no timer)."""
+        """Look at every job that may have something to do (see the module docstring) once; returns the
+        seconds until a timer is due (None: no timer)."""
         slots = asyncio.Semaphore(self.concurrency)
 
         async def act(job: JobView, decision: Decision) -> None:
@@ -59,27 +91,43 @@ class Supervisor:
         now = self.admission.clock()
         dues: list[float] = []
         work = []
-        for job in list(self.cache.all_jobs()):
-            if self.admission.creating(job.uid):
-                continue  # its pods are being created; look again once they are
-            decision = decide(job, self.cache.pods_of(job.uid), now)
-            if decision.recheck_after is not None:
-                dues.append(decision.recheck_after)
-            if decision.action is not Action.NONE or decision.stale_pods:
-                work.append(act(job, decision))
-            if decision.action in (Action.NONE, Action.PROGRESS) and self._missing_pods(job, now):
-                # Pods of this attempt that could not be created while an earlier attempt's pods of
-                # the same names were still being deleted: create them now (idempotent).
-                dues.append(REPAIR_INTERVAL_SECONDS)
-                placement = job.placement
-                if placement is not None:
-                    work.append(self._guarded(job, self.admission.create_gang(job, placement), slots))
-            elif decision.action in (Action.NONE, Action.PROGRESS) and self._waits_for_binding(job):
-                dues.append(REPAIR_INTERVAL_SECONDS)
-                if now.timestamp() - self._repaired_at.get(job.uid, 0.0) >= REPAIR_INTERVAL_SECONDS:
-                    self._repaired_at[job.uid] = now.timestamp()
-                    work.append(self._guarded(job, self.repair(job), slots))
+        again: set[str] = set()
+        try:
+            jobs = self._to_look_at(now)
+            self.looked_at = len(jobs)
+            for job in jobs:
+                self._timers.pop(job.uid, None)
+                if self.admission.creating(job.uid):
+                    again.add(job.uid)
+                    continue  # its pods are being created; look again once they are
+                if job.phase is Phase.ADMITTED:
+                    again.add(job.uid)  # in flight: missing pods and repairs below are timed
+                decision = decide(job, self.cache.pods_of(job.uid), now)
+                if decision.recheck_after is not None:
+                    self._timers[job.uid] = now + dt.timedelta(seconds=decision.recheck_after)
+                if decision.stale_pods or decision.action not in (Action.NONE, Action.PROGRESS) or (
+                        decision.action is Action.PROGRESS and self._progress_due(job, decision)):
+                    again.add(job.uid)
+                    work.append(act(job, decision))
+                if decision.action in (Action.NONE, Action.PROGRESS) and self._missing_pods(job, now):
+                    # Pods of this attempt that could not be created while an earlier attempt's pods of
+                    # the same names were still being deleted: create them now (idempotent).
+                    dues.append(REPAIR_INTERVAL_SECONDS)
+                    placement = job.placement
+                    if placement is not None:
+                        work.append(self._guarded(job, self.admission.create_gang(job, placement), slots))
+                elif decision.action in (Action.NONE, Action.PROGRESS) and self._waits_for_binding(job):
+                    dues.append(REPAIR_INTERVAL_SECONDS)
+                    if now.timestamp() - self._repaired_at.get(job.uid, 0.0) >= REPAIR_INTERVAL_SECONDS:
+                        self._repaired_at[job.uid] = now.timestamp()
+                        work.append(self._guarded(job, self.repair(job), slots))
+        except BaseException:
+            self._full_at = None  # what changed was taken: look at every job next time
+            raise
         self._repaired_at = {uid: t for uid, t in self._repaired_at.items() if uid in self.cache.jobs}
+        self._timers = {uid: at for uid, at in self._timers.items() if uid in self.cache.jobs}
+        dues += [(at - now).total_seconds() for at in self._timers.values()]
+        self._again = again
         await asyncio.gather(*work)
         return min(dues, default=None)
 
@@ -184,6 +232,13 @@ class Supervisor:
             log.info("deleting %s: %s", job.key, decision.message)
             await self.kube.delete("GPUJob", job.namespace, job.name)
         return decision
+
+    @staticmethod
+    def _progress_due(job: JobView, decision: Decision) -> bool:
+        """Whether ``_progress`` may have anything to do: an admission to finish, a ready count or the
+        Running phase to report (most Running gangs have none of these on most passes)."""
+        return bool(job.phase is Phase.ADMITTED and job.admitted_at and not job.pods_created_at) or \
+            job.ready_replicas != decision.ready or (decision.running and job.phase is not Phase.RUNNING)
 
     async def _progress(self, job: JobView, decision: Decision) -> None:
         if job.phase is Phase.ADMITTED and job.admitted_at and not job.pods_created_at:

@@ -166,6 +166,58 @@ def test_a_pod_group_from_a_deployment_binds_all_or_none(cluster: Cluster, kubeg
         cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
 
 
+def test_a_statefulset_and_an_indexed_job_are_pod_groups_each_admitted_whole_in_turn(
+        cluster: Cluster, kubegang: Any, namespace: str) -> None:
+    """The same three labels make a StatefulSet's pods (``podManagementPolicy: Parallel``) and an indexed
+    batch Job's pods (what JobSet and the Kubeflow operators create) gangs: with room for one group, the
+    other has no pod bound until the first goes; the Job's group then runs to its end and is given back."""
+    cluster.use_shape("superpod-h100")
+    queue = namespace
+    _queue(cluster, queue, namespace, 32)
+
+    def template(group: str, **annotations: str) -> dict[str, Any]:
+        return {"metadata": {"labels": {"app": group, "kubegang.io/pod-group": group, "kubegang.io/group-size": "4",
+                                        "kubegang.io/queue": queue},
+                             "annotations": {"kubegang.io/topology-required": "leaf", **annotations}},
+                "spec": {"terminationGracePeriodSeconds": 0, "containers": [{
+                    "name": "main", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}
+
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db", "namespace": namespace},
+           "spec": {"replicas": 4, "serviceName": "db", "podManagementPolicy": "Parallel",
+                    "selector": {"matchLabels": {"app": "db"}}, "template": template("db")}}
+    job_template = template("train", **{"kubegang.io/fake-runtime": "5s"})
+    job_template["spec"]["restartPolicy"] = "Never"
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": namespace},
+           "spec": {"parallelism": 4, "completions": 4, "completionMode": "Indexed", "backoffLimit": 0,
+                    "template": job_template}}
+    try:
+        cluster.apply(sts)
+        cluster.wait_for("the StatefulSet's group Running whole", lambda: (
+            _phase(cluster, namespace, "podgroup-db") == "Running"
+            and len(_pods(cluster, namespace, "kubegang.io/pod-group=db")) == 4), timeout=120)
+        assert len(_leaves(cluster, _pods(cluster, namespace, "kubegang.io/pod-group=db"))) == 1
+
+        cluster.apply(job)
+        cluster.wait_for("the Job's 4 pods, its group waiting for quota", lambda: (
+            len(_pods(cluster, namespace, "kubegang.io/pod-group=train")) == 4
+            and _phase(cluster, namespace, "podgroup-train") in ("Queued", "Unschedulable")), timeout=90)
+        _held_whole(cluster, namespace, "kubegang.io/pod-group=train")
+
+        cluster.kubectl("delete", "statefulset", "db", "-n", namespace)
+        cluster.wait_for("the Job to complete: its group ran whole once the StatefulSet's was given back", lambda: (
+            any(c["type"] == "Complete" and c["status"] == "True" for c in
+                (cluster.get_json("job", "train", "-n", namespace).get("status") or {}).get("conditions") or [])),
+            timeout=150)
+        done = cluster.get_json("pods", "-n", namespace, "-l", "kubegang.io/pod-group=train")["items"]
+        assert len(done) == 4 and all(p["status"]["phase"] == "Succeeded" for p in done)
+        assert len(_leaves(cluster, done)) == 1
+        cluster.wait_for("the quota given back", lambda: cluster.get_json("gpuqueue", queue)["status"].get(
+            "usedGPUs") == 0, timeout=90)
+    finally:
+        cluster.kubectl("delete", "statefulset,job", "--all", "-n", namespace, "--wait=false", check=False)
+        cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
+
+
 def test_a_ray_cluster_scaled_past_its_admission_grows_only_when_quota_allows_without_restarting(
         cluster: Cluster, kubegang: Any, kuberay: dict[str, Any], namespace: str) -> None:
     """Scaling a worker group of a running Ray cluster up: the added pod waits for quota as a growth slice

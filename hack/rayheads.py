@@ -18,22 +18,31 @@ What it answers (the routes KubeRay v1.5's ``dashboard_httpclient.go`` calls; an
 it), ``GET /api/jobs/<id>`` is the job (404 if unknown: KubeRay then submits), ``GET /api/jobs/`` the
 list, ``GET /api/jobs/<id>/logs``, ``POST /api/jobs/<id>/stop``, ``DELETE /api/jobs/<id>``.
 
-How long a job runs: the job's metadata ``kubegang.io/fake-runtime`` (``"30s"``, ``"5m"``; KubeRay
-sends the RayJob's ``spec.metadata``), as the fake pods' annotation of the same name, else
-``--default-runtime`` seconds; ``kubegang.io/fake-result: FAILED`` ends it FAILED instead of SUCCEEDED.
-What it does not emulate: ``K8sJobMode``'s submitter pod runs ``ray job submit`` in a container, which
-a fake node does not run, so only ``HTTPMode`` RayJobs finish here.
+How long a job runs, by submission mode:
 
-Usage: rayheads.py --port PORT [--default-runtime SECONDS] (started by ``hack/cluster addon kuberay up``).
+- ``HTTPMode`` (KubeRay submits it here): the job's metadata ``kubegang.io/fake-runtime`` (``"30s"``,
+  ``"5m"``; KubeRay sends the RayJob's ``spec.metadata``), as the fake pods' annotation of the same name,
+  else ``--default-runtime`` seconds; ``kubegang.io/fake-result: FAILED`` ends it FAILED.
+- ``K8sJobMode`` (the default): KubeRay's submitter pod would run ``ray job submit --submission-id ID``,
+  which submits and then follows the job to its end; no fake node runs it, but kwok runs the pod's
+  phases (its ``kubegang.io/fake-runtime``). So a job this head was never sent is looked up on the API
+  server (``--kubeconfig``): the RayJob of the head's namespace whose ``status.jobId`` it is, and that
+  RayJob's submitter pod (``batch.kubernetes.io/job-name``). The job exists once the pod runs, is
+  RUNNING while it runs, and ends SUCCEEDED or FAILED as the pod does.
+
+Usage: rayheads.py --port PORT [--default-runtime SECONDS] [--kubeconfig FILE --kubectl PATH]
+(started by ``hack/cluster addon kuberay up``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -67,10 +76,14 @@ class Job:
     """Wall-clock seconds (Ray reports start and end times in epoch milliseconds)."""
     runtime: float
     stopped: float | None = None
+    ended: JobStatus | None = None
+    """How it ended, where that was read rather than timed (a submitter pod's phase)."""
 
     def status(self, now: float) -> JobStatus:
         if self.stopped is not None:
             return JobStatus.STOPPED
+        if self.ended is not None:
+            return self.ended
         if now < self.started + self.runtime:
             return JobStatus.RUNNING
         return JobStatus.FAILED if self.metadata.get(FAKE_RESULT) == JobStatus.FAILED.value else JobStatus.SUCCEEDED
@@ -88,13 +101,56 @@ class Job:
         return out
 
 
+Lookup = Callable[[str, str], Job | None]
+"""(namespace, submission ID) -> the job a K8sJobMode submitter pod submitted, or None."""
+
+
+def namespace_of(head: str) -> str:
+    """The namespace of a head's address ``<service>.<namespace>.svc.<domain>:<port>`` ('' if not one)."""
+    parts = head.split(":")[0].split(".")
+    return parts[1] if len(parts) > 2 and parts[2] == "svc" else ""
+
+
+class Submitters:
+    """K8sJobMode: the job a RayJob's submitter pod submitted, as the API server shows that pod."""
+
+    def __init__(self, kubectl: str, kubeconfig: str) -> None:
+        self._kubectl = [kubectl, "--kubeconfig", kubeconfig]
+
+    def _get(self, *args: str) -> list[dict[str, Any]]:
+        proc = subprocess.run([*self._kubectl, "get", *args, "-o", "json"], capture_output=True, text=True,
+                              timeout=30)
+        return list(json.loads(proc.stdout).get("items") or []) if proc.returncode == 0 else []
+
+    def __call__(self, namespace: str, submission_id: str) -> Job | None:
+        if not namespace:
+            return None
+        rayjob = next((r for r in self._get("rayjobs", "-n", namespace)
+                       if (r.get("status") or {}).get("jobId") == submission_id
+                       and (r.get("spec") or {}).get("submissionMode", "K8sJobMode") == "K8sJobMode"), None)
+        if rayjob is None:
+            return None
+        name = str(rayjob["metadata"]["name"])
+        pods = self._get("pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={name}")
+        phases = {(p.get("status") or {}).get("phase") for p in pods}
+        if not phases & {"Running", "Succeeded", "Failed"}:
+            return None  # not submitted yet: the submitter has not run
+        ended = (JobStatus.SUCCEEDED if "Succeeded" in phases
+                 else JobStatus.FAILED if "Failed" in phases and "Running" not in phases else None)
+        spec = rayjob.get("spec") or {}
+        # Running: no end in sight (the pod's phase says when); ended: it ended when first seen so.
+        return Job(submission_id, str(spec.get("entrypoint") or ""), dict(spec.get("metadata") or {}), time.time(),
+                   0.0 if ended else float("inf"), ended=ended)
+
+
 class Heads:
     """Every head's job table, keyed by the head's address (host:port of its Service)."""
 
-    def __init__(self, default_runtime: float) -> None:
+    def __init__(self, default_runtime: float, submitted_elsewhere: Lookup | None = None) -> None:
         self.default_runtime = default_runtime
         self._jobs: dict[str, dict[str, Job]] = {}
         self._lock = threading.Lock()
+        self._elsewhere = submitted_elsewhere
 
     def submit(self, head: str, body: dict[str, Any]) -> tuple[int, dict[str, Any] | str]:
         submission_id = str(body.get("submission_id") or f"raysubmit_{int(time.time() * 1000)}")
@@ -115,7 +171,14 @@ class Heads:
 
     def job(self, head: str, submission_id: str) -> Job | None:
         with self._lock:
-            return self._jobs.get(head, {}).get(submission_id)
+            known = self._jobs.get(head, {}).get(submission_id)
+        if known is not None or self._elsewhere is None:
+            return known
+        found = self._elsewhere(namespace_of(head), submission_id)
+        if found is not None and found.ended is not None:
+            with self._lock:  # it will not change any more: no need to ask again
+                self._jobs.setdefault(head, {}).setdefault(submission_id, found)
+        return found
 
     def jobs(self, head: str) -> list[Job]:
         with self._lock:
@@ -215,9 +278,9 @@ def handler_for(heads: Heads) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(port: int, default_runtime: float) -> ThreadingHTTPServer:
+def serve(port: int, default_runtime: float, submitted_elsewhere: Lookup | None = None) -> ThreadingHTTPServer:
     """The stand-in, bound to loopback on ``port`` (0: any free port), not yet serving."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), handler_for(Heads(default_runtime)))
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler_for(Heads(default_runtime, submitted_elsewhere)))
     server.daemon_threads = True
     return server
 
@@ -228,8 +291,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--default-runtime", type=float, default=5.0,
                         help="seconds a job runs when its metadata states no kubegang.io/fake-runtime")
+    parser.add_argument("--kubeconfig", help="the cluster's, to follow K8sJobMode submitter pods")
+    parser.add_argument("--kubectl", default="kubectl")
     args = parser.parse_args(argv)
-    server = serve(args.port, args.default_runtime)
+    submitters = Submitters(args.kubectl, args.kubeconfig) if args.kubeconfig else None
+    server = serve(args.port, args.default_runtime, submitters)
     sys.stderr.write(f"stand-in Ray heads on http://127.0.0.1:{server.server_address[1]}\n")
     server.serve_forever()
     return 0

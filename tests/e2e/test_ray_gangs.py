@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .conftest import tool
 
 Cluster = Any
@@ -322,22 +324,29 @@ def test_a_higher_priority_gang_preempts_a_ray_cluster_whole_and_it_runs_again_a
         cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
 
 
+@pytest.mark.parametrize("mode", ["HTTPMode", "K8sJobMode"])
 def test_a_ray_job_is_admitted_as_the_gang_of_its_ray_cluster_runs_to_completion_and_gives_everything_back(
-        cluster: Cluster, kubegang: Any, kuberay: dict[str, Any], namespace: str) -> None:
+        cluster: Cluster, kubegang: Any, kuberay: dict[str, Any], namespace: str, mode: str) -> None:
     """KubeRay copies a RayJob's labels to the RayCluster it makes, so a queued RayJob's cluster is held,
-    admitted and placed as one gang like any queued RayCluster; KubeRay submits the entrypoint to the
-    cluster's head (``HTTPMode``; on fake nodes the head is hack/rayheads.py), follows it to SUCCEEDED,
-    marks the RayJob Complete and deletes its cluster (``shutdownAfterJobFinishes``), and the GPUJob,
-    quota and GPUs go with it."""
+    admitted and placed as one gang like any queued RayCluster; the entrypoint is submitted to the
+    cluster's head (by KubeRay in ``HTTPMode``, by its submitter pod in ``K8sJobMode``; on fake nodes the
+    head is hack/rayheads.py), KubeRay follows it to SUCCEEDED, marks the RayJob Complete and deletes its
+    cluster (``shutdownAfterJobFinishes``), and the GPUJob, quota and GPUs go with it."""
     cluster.use_shape("superpod-h100")
     queue = namespace
     _queue(cluster, queue, namespace, 8)
     rj = {"apiVersion": "ray.io/v1", "kind": "RayJob",
           "metadata": {"name": "rj", "namespace": namespace, "labels": {"kubegang.io/queue": queue},
                        "annotations": {"kubegang.io/topology-required": "leaf"}},
-          "spec": {"entrypoint": "python train.py", "submissionMode": "HTTPMode",
+          "spec": {"entrypoint": "python train.py", "submissionMode": mode,
                    "metadata": {"kubegang.io/fake-runtime": "3s"}, "shutdownAfterJobFinishes": True,
-                   "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                   # K8sJobMode's submitter follows the job to its end: on kwok it runs as long.
+                   **({"submitterPodTemplate": {"metadata": {"annotations": {"kubegang.io/fake-runtime": "3s"}},
+                                                "spec": {"restartPolicy": "Never", "containers": [
+                                                    {"name": "ray-job-submitter", "image": "rayproject/ray:2.46.0"}]}}}
+                      if mode == "K8sJobMode" else {}),
+                   "rayClusterSpec": {"rayVersion": "2.46.0",  # K8sJobMode's submitter command needs it
+                                      "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
                                           "containers": [_container("ray-head", 0)]}}},
                                       "workerGroupSpecs": [{
                                           "groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2,

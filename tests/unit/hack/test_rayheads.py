@@ -89,3 +89,36 @@ def test_stop_delete_a_stated_failure_and_bad_input(proxy: int) -> None:
     code, text = _call(proxy, "POST", f"{HEAD}/api/jobs/", {"submission_id": "x"})
     assert code == 400 and "entrypoint" in text
     assert _call(proxy, "GET", f"{HEAD}/api/serve/applications/")[0] == 404
+
+
+def test_a_k8sjobmode_job_is_what_its_submitter_pod_says_and_is_asked_for_until_it_ends() -> None:
+    phases = {"rj-1": "Pending"}
+    asked: list[tuple[str, str]] = []
+
+    def submitter(namespace: str, submission_id: str) -> rayheads.Job | None:
+        asked.append((namespace, submission_id))
+        phase = phases.get(submission_id)
+        if phase not in ("Running", "Succeeded"):
+            return None
+        ended = rayheads.JobStatus.SUCCEEDED if phase == "Succeeded" else None
+        return rayheads.Job(submission_id, "python train.py", {}, time.time(), 0.0 if ended else float("inf"),
+                            ended=ended)
+
+    server = rayheads.serve(0, default_runtime=60, submitted_elsewhere=submitter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = int(server.server_address[1])
+    try:
+        assert _call(port, "GET", f"{HEAD}/api/jobs/rj-1")[0] == 404  # the submitter has not run yet
+        phases["rj-1"] = "Running"
+        code, info = _call(port, "GET", f"{HEAD}/api/jobs/rj-1")
+        assert code == 200 and info["status"] == "RUNNING" and "end_time" not in info
+        phases["rj-1"] = "Succeeded"
+        assert _call(port, "GET", f"{HEAD}/api/jobs/rj-1")[1]["status"] == "SUCCEEDED"
+        assert asked == [("team-a", "rj-1")] * 3
+        phases.clear()  # ended: remembered, not asked for again
+        assert _call(port, "GET", f"{HEAD}/api/jobs/rj-1")[1]["status"] == "SUCCEEDED" and len(asked) == 3
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert rayheads.namespace_of("rc-head-svc.team-a.svc.cluster.local:8265") == "team-a"
+    assert rayheads.namespace_of("127.0.0.1:8265") == ""

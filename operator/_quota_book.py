@@ -32,7 +32,6 @@ from kubegang.quota import (
     CandidateReason,
     FlavorQuota,
     PendingJob,
-    PendingQueues,
     PreemptionPolicy,
     QueuePosition,
     QueueSpec,
@@ -43,6 +42,7 @@ from kubegang.quota import (
     WithinQueue,
     candidates_for,
     fits_after_eviction,
+    leaf_heads,
     queue_positions,
     quota_victims,
 )
@@ -197,16 +197,11 @@ class QuotaBook:
 
     # -- QuotaPort -------------------------------------------------------------------------------
     def order(self, pending: Sequence[JobView]) -> list[JobView]:
-        queues = PendingQueues(self.tree)
         leaves = set(self.tree.leaves)
-        by_uid = {job.uid: job for job in pending}
-        stray: list[JobView] = []
-        for job in pending:
-            if job.queue not in leaves:
-                stray.append(job)  # can_admit explains: no such leaf queue
-                continue
-            queues.push(PendingJob(job.uid, job.queue, self.usage_of(job), self.priority(job), job.created.timestamp()))
-        return [by_uid[head.job_id] for head in queues.heads()] + stray
+        waiting = [job for job in pending if job.queue in leaves]
+        stray = [job for job in pending if job.queue not in leaves]  # can_admit explains: no such leaf queue
+        return leaf_heads(self.tree, waiting, lambda job: (job.queue, self.priority(job), job.created.timestamp()),
+                          self._pending_job) + stray
 
     def _namespace_refusal(self, job: JobView) -> Verdict | None:
         """No for a job whose queue cannot take it whatever the usage: unknown, not a leaf, or not

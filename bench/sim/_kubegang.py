@@ -9,7 +9,7 @@ cluster, as the operator answers them from the extender and the API server:
 - ``Evict``: release the victim's GPUs and quota, back to its queue (a requeued job restarts);
 - ``Admit``: the gang starts (it holds its GPUs from ``Reserve``).
 
-Quota is the port ``_TreeQuota`` over ``kubegang.quota`` (the same ``PendingQueues`` order, ``candidates_for``
+Quota is the port ``_TreeQuota`` over ``kubegang.quota`` (the same ``leaf_heads`` order, ``candidates_for``
 policy and ``quota_victims`` chooser the operator's ``QuotaBook`` uses). Evictions are instantaneous
 here, so a pass runs cycles until one admits and preempts nothing.
 
@@ -52,7 +52,6 @@ from kubegang.quota import (
     BorrowWithinParent,
     FlavorQuota,
     PendingJob,
-    PendingQueues,
     PreemptionPolicy,
     QueueSpec,
     QuotaTree,
@@ -60,6 +59,7 @@ from kubegang.quota import (
     WithinQueue,
     candidates_for,
     fits_after_eviction,
+    leaf_heads,
     quota_victims,
 )
 
@@ -112,11 +112,8 @@ class _TreeQuota:
                 for uid, (job, start) in self.running_jobs.items()]
 
     def order(self, pending: Sequence[_SimJob]) -> list[_SimJob]:
-        queues = PendingQueues(self.tree)
-        by_uid = {job.uid: job for job in pending}
-        for job in pending:
-            queues.push(self.pending_job(job))
-        return [by_uid[head.job_id] for head in queues.heads()]
+        return leaf_heads(self.tree, pending, lambda job: (job.queue, job.job.priority, job.job.arrival),
+                          self.pending_job)
 
     def flavor_options(self, job: _SimJob) -> list[_SimJob]:
         return [job]

@@ -23,7 +23,7 @@ from kubegang.quota._candidates import (
 )
 from kubegang.quota._decision import Decision, Ok, Refusal, Shortfall, Unschedulable
 from kubegang.quota._fairshare import dominant_share, share_path
-from kubegang.quota._pending import PendingJob, PendingQueues, admission_order
+from kubegang.quota._pending import PendingJob, PendingQueues, admission_order, leaf_heads
 from kubegang.quota._position import QueuePosition, queue_positions
 from kubegang.quota._spec import (
     BorrowWithinParent,
@@ -71,6 +71,7 @@ __all__ = [
     "candidates_for",
     "dominant_share",
     "fits_after_eviction",
+    "leaf_heads",
     "queue_positions",
     "quota_victims",
     "share_path",

@@ -18,8 +18,9 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kubegang.quota._fairshare import Contender, share_path, tournament_order, tournament_winner
 from kubegang.quota._tree import QuotaTree
@@ -62,6 +63,38 @@ def admission_order(tree: QuotaTree, jobs: Iterable[PendingJob]) -> list[Pending
 
 
 _Entry = tuple[int, float, int, str]  # (-priority, created, sequence, job id)
+T = TypeVar("T")
+
+
+def within_queue_key(priority: int, created: float, sequence: int) -> tuple[int, float, int]:
+    """A leaf queue's order, lowest first: higher priority, then older, then pushed earlier."""
+    return (-priority, created, sequence)
+
+
+def leaf_heads(tree: QuotaTree, jobs: Sequence[T], rank: Callable[[T], tuple[str, int, float]],
+               as_pending: Callable[[T], PendingJob]) -> list[T]:
+    """The head of each leaf queue among ``jobs``, in admission order: what ``PendingQueues.heads`` gives
+    with every job pushed in turn, for a caller that keeps its waiting jobs itself.
+
+    ``rank`` gives a job's (queue, priority, created), cheaply; ``as_pending`` its ``PendingJob`` with the
+    same three, which is built for the heads only. The admission cycle asks once per round with every
+    waiting job, and building (and pushing) a ``PendingJob`` for each was most of a cycle's CPU over a
+    long queue; a job's position in ``jobs`` is the sequence a push would give it, so the order is the same.
+    """
+    best: dict[str, tuple[tuple[int, float, int], int]] = {}
+    for index, job in enumerate(jobs):
+        queue, priority, created = rank(job)
+        key = within_queue_key(priority, created, index)
+        held = best.get(queue)
+        if held is None or key < held[0]:
+            best[queue] = (key, index)
+    queues = PendingQueues(tree)
+    by_id: dict[str, T] = {}
+    for _, index in sorted(best.values(), key=lambda head: head[1]):
+        pending = as_pending(jobs[index])
+        queues.push(pending)
+        by_id[pending.job_id] = jobs[index]
+    return [by_id[head.job_id] for head in queues.heads()]
 
 
 class PendingQueues:
@@ -168,7 +201,8 @@ class PendingQueues:
 
     def _push(self, job: PendingJob, seq: int) -> None:
         self._live[job.job_id] = (job, seq)
-        heapq.heappush(self._heaps.setdefault(job.queue, []), (-job.priority, job.created, seq, job.job_id))
+        heapq.heappush(self._heaps.setdefault(job.queue, []),
+                       (*within_queue_key(job.priority, job.created, seq), job.job_id))
 
     def _head(self, queue: str) -> PendingJob | None:
         heap = self._heaps[queue]

@@ -29,13 +29,23 @@ from kubegang.quota import BackfillPolicy
 
 HOUR = 3600.0
 FIELDS = (("alloc_arrivals", "alloc (arrivals), points", 100.0), ("queue_delay_p95_h", "p95 delay h", 1.0),
-          ("makespan_h", "makespan h", 1.0), ("large_wait_p99_h", "large p99 h", 1.0))
+          ("makespan_h", "makespan h", 1.0), ("large_wait_p99_h", "large p99 h", 1.0),
+          ("narrowest_share", "narrowest, points", 100.0))
 IDEAS: dict[str, Callable[[], Policy]] = {
     "reserve after 12 h": lambda: KubegangPolicy(backfill=BackfillPolicy(reserve_after_seconds=12 * HOUR)),
     "reserve after 4 h": lambda: KubegangPolicy(backfill=BackfillPolicy(reserve_after_seconds=4 * HOUR)),
     "5 reservations after 12 h": lambda: KubegangPolicy(
         backfill=BackfillPolicy(reserve_after_seconds=12 * HOUR, max_reservations=5)),
-    "5 reservations after 48 h": lambda: KubegangPolicy(backfill=BackfillPolicy(max_reservations=5)),
+    "reserve after 10 min": lambda: KubegangPolicy(backfill=BackfillPolicy(reserve_after_seconds=600.0)),
+    "3 reservations after 12 h": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(reserve_after_seconds=12 * HOUR, max_reservations=3)),
+    "reserve after 1 h": lambda: KubegangPolicy(backfill=BackfillPolicy(reserve_after_seconds=HOUR)),
+    "reserve at once": lambda: KubegangPolicy(backfill=BackfillPolicy(reserve_after_seconds=0.0)),
+    # Several at once, as Slurm's bf_job_part_count_reserve: the cycle keeps them disjoint.
+    "2 reservations at once": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(reserve_after_seconds=0.0, max_reservations=2)),
+    "3 reservations at once": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(reserve_after_seconds=0.0, max_reservations=3)),
 }
 
 

@@ -119,6 +119,10 @@ class AdmissionCycle(Generic[J, P]):
         """Preemptor UID -> (nodes it freed by eviction, until when no one else is placed there)."""
         self._admitted_uid: str | None = None
         """The job the current attempt admitted (an error after that must not give its quota back)."""
+        self._overlaps = 0
+        """Reservations refused in this cycle because their nodes overlapped a holder's: after
+        ``max_reservations`` of them no other blocked job asks (each ``WhatIf`` is a preemption search,
+        and with several held most blocked jobs would want the same free nodes)."""
 
     # -- state the driver keeps current ---------------------------------------------------------
     def tree_changed(self) -> None:
@@ -141,6 +145,7 @@ class AdmissionCycle(Generic[J, P]):
     def schedule(self, pending: Sequence[J], *, holds_pods: Callable[[str], bool]) -> Cycle[J, P]:
         """One cycle over ``pending``; ``holds_pods(uid)``: whether that gang still has pods (victims)."""
         now = self.clock()
+        self._overlaps = 0
         self._claims = {uid: claim for uid, claim in self._claims.items() if claim[1] > now}
         # (1) Candidates.
         candidates = [job for job in pending
@@ -324,9 +329,14 @@ class AdmissionCycle(Generic[J, P]):
             return entry
         self.backfill.blocked(job.uid, now)
         held = self.backfill.reservation(job.uid)
-        if held is None and self.backfill.reservation_due(job.uid, now, after=self.quota.reserve_after(job)):
+        if held is None and self._overlaps < self.backfill.policy.max_reservations \
+                and self.backfill.reservation_due(job.uid, now, after=self.quota.reserve_after(job)):
             answer: WhatIfAnswer = yield WhatIf(job, tuple(r for r in self.quota.running() if r.uid != job.uid))
-            if answer.victims is not None and answer.nodes:
+            # Reservations stay disjoint: two holders each excluded from the other's nodes would wait
+            # for each other for ever.
+            overlaps = bool(answer.nodes & self.backfill.excluded_for(job.uid))
+            self._overlaps += overlaps
+            if answer.victims is not None and answer.nodes and not overlaps:
                 self.backfill.reserve(job.uid, answer.nodes)
                 held = answer.nodes
                 log.info("%s reserves %d nodes for backfill after waiting", job.key, len(held))

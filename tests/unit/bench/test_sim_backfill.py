@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.sim import Job, KubegangPolicy, RunResult, load_cluster, simulate
+from bench.sim import Job, KubegangPolicy, RunResult, Step, Wrapped, load_cluster, simulate
 from kubegang.quota import BackfillPolicy
 
 HOUR = 3600.0
@@ -49,3 +49,39 @@ def test_the_sweeps_share_scaled_rule_lets_a_smaller_gang_reserve_sooner() -> No
     assert backfill.reservation_due("quarter", 4 * HOUR)
     assert not backfill.reservation_due("half", 8 * HOUR - 1)
     assert backfill.reservation_due("half", 8 * HOUR)
+
+
+class _DisjointReservations(Wrapped):
+    """Checks after every pass that no node is reserved for two waiting gangs at once."""
+
+    def __init__(self, inner: KubegangPolicy) -> None:
+        super().__init__(inner)
+        self.policy = inner
+        self.most_held = 0
+
+    def schedule(self, now: float) -> Step:
+        step = self.inner.schedule(now)
+        held = [nodes for uid in self.policy.waiting_jobs
+                if (nodes := self.policy.cycle.reservation(uid)) is not None]
+        seen: set[str] = set()
+        for nodes in held:
+            assert not nodes & seen, f"at {now}: nodes {sorted(nodes & seen)} reserved twice"
+            seen |= nodes
+        self.most_held = max(self.most_held, len(held))
+        return step
+
+
+def test_two_gangs_that_need_the_same_nodes_do_not_both_reserve_them() -> None:
+    # 4 nodes; "long" holds 3 for 10 h; "big-1" and "big-2" each need all 4 and may reserve at once,
+    # two reservations allowed. Both would reserve the same 4 nodes, each then excluded from the
+    # other's: neither could ever start. The second must wait for the first instead.
+    cluster = load_cluster("superpod-h100", limit=4)
+    jobs = [_gang("long", 0.0, 3, 10 * HOUR), _gang("big-1", 1.0, 4, HOUR), _gang("big-2", 2.0, 4, HOUR)]
+    jobs += [_gang(f"small-{i}", 3.0 + i * HOUR / 2, 1, HOUR) for i in range(20)]
+    observed = _DisjointReservations(
+        KubegangPolicy(backfill=BackfillPolicy(reserve_after_seconds=0.0, max_reservations=2)))
+    result = simulate(observed, cluster, jobs, horizon=100 * HOUR)
+    assert observed.most_held == 1
+    assert result.started["big-1"] == 10 * HOUR
+    assert 11 * HOUR <= result.started["big-2"] <= 12 * HOUR
+    assert result.metrics.completed == len(jobs)

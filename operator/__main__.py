@@ -15,6 +15,7 @@ from kubegang.operator._metrics_server import start_metrics
 from kubegang.operator._run import run
 from kubegang.operator._settings import OperatorSettings
 from kubegang.operator._standby import LostLeadership
+from kubegang.quota import DEFAULT_RESERVE_AFTER_SECONDS
 
 
 def _on_off(value: str) -> bool:
@@ -88,10 +89,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--backfill-reserve-after",
         type=float,
-        default=600.0,
+        default=DEFAULT_RESERVE_AFTER_SECONDS,
         metavar="SECONDS",
         help="a queue head blocked this long reserves the nodes it needs, and later jobs are placed around "
-        "them (Slurm's EASY backfill); negative: never (default: 600)",
+        f"them (Slurm's EASY backfill); negative: never (default: {DEFAULT_RESERVE_AFTER_SECONDS:.0f}, 48 h)",
     )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return p

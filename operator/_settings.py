@@ -6,6 +6,8 @@ import dataclasses
 import socket
 from pathlib import Path
 
+from kubegang.quota import DEFAULT_RESERVE_AFTER_SECONDS
+
 
 @dataclasses.dataclass(frozen=True)
 class OperatorSettings:
@@ -63,11 +65,13 @@ class OperatorSettings:
     """Extended resource a shared-GPU pod (``gpuFraction``) requests one of, e.g. ``nvidia.com/gpu.shared``
     of the NVIDIA device plugin's time-slicing or MPS sharing; None: the pod requests no GPU resource
     and sees its GPU through ``NVIDIA_VISIBLE_DEVICES`` (docs/sharing.md says what each gives)."""
-    backfill_reserve_after_seconds: float | None = 600.0
+    backfill_reserve_after_seconds: float | None = DEFAULT_RESERVE_AFTER_SECONDS
     """A queue head that fits in quota but has been blocked this long reserves the nodes it will need;
     later jobs are admitted only where they do not take them (Slurm's EASY backfill). None: never.
-    Minutes, not the simulator's hours: a production queue's big gang should not starve behind a
-    stream of small jobs for longer than a coffee break (docs/quota.md, "Backfill")."""
+    The core's default (48 h), the one the simulator measures: without run times a reservation idles
+    the GPUs it drains, and on the tuning seeds shorter delays cost allocation and lengthened even the
+    largest gangs' waits (docs/benchmarks-analysis.md); a queue that wants a bounded worst case sets
+    its own ``backfill.reserveAfterSeconds`` (docs/quota.md, "Backfill")."""
     master_port: int = 29500
     """MASTER_PORT for torchrun gangs (and the headless Service's port)."""
     resync_seconds: float = 5.0

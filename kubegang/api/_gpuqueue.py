@@ -87,7 +87,7 @@ class BackfillSettings(ApiModel):
 
     reserve_after_seconds: int | None = Field(default=None, ge=0, le=7 * 86400, strict=True)
     """Seconds a job that fits in quota may wait for GPUs before it reserves its nodes, so later jobs
-    stop taking them; unset: the operator's ``--backfill-reserve-after`` (600 s by default)."""
+    stop taking them; unset: the operator's ``--backfill-reserve-after`` (48 h by default)."""
 
 
 class GPUQueueSpec(ApiModel):

@@ -113,8 +113,8 @@ def test_a_ray_cluster_waits_whole_for_quota_then_starts_whole_in_one_leaf_and_f
         assert len(_leaves(cluster, workers)) == 1
         placement = (_job(cluster, namespace, "raycluster-rc") or {})["status"]["placement"]
         assert placement["level"] in ("node", "nvlink", "leaf") and len(placement["pods"]) == 4
-        used = cluster.get_json("gpuqueue", queue)["status"]
-        assert used["usedGPUs"] == 32
+        cluster.wait_for("the queue to count all 32 GPUs", lambda: cluster.get_json(
+            "gpuqueue", queue)["status"].get("usedGPUs") == 32, timeout=30)  # its status is coalesced
 
         cluster.kubectl("delete", "raycluster", "rc", "-n", namespace)
         cluster.wait_for("every pod gone and the GPUJob collected with the RayCluster", lambda: (
@@ -253,7 +253,8 @@ def test_a_ray_cluster_scaled_past_its_admission_grows_only_when_quota_allows_wi
         _held_whole(cluster, namespace, workers + ",!kubegang.io/job-uid")  # the added one stays unbound
         assert {p["metadata"]["uid"] for p in _pods(cluster, namespace, workers)} >= first
         assert _phase(cluster, namespace, "raycluster-rc") == "Running"  # the admitted part runs on
-        assert cluster.get_json("gpuqueue", queue)["status"]["usedGPUs"] == 16
+        cluster.wait_for("the queue to count the base's GPUs only", lambda: cluster.get_json(
+            "gpuqueue", queue)["status"].get("usedGPUs") == 16, timeout=30)
         assert "quota" in _why(cluster, namespace, "raycluster-rc.grow-1").lower()  # the slice explains itself
 
         _queue(cluster, queue, namespace, 24)
@@ -264,7 +265,9 @@ def test_a_ray_cluster_scaled_past_its_admission_grows_only_when_quota_allows_wi
         assert first <= {p["metadata"]["uid"] for p in pods}  # nothing restarted to grow
         for p in pods:
             assert p["spec"]["nodeName"] == p["metadata"]["annotations"]["kubegang.io/node"]
-        assert cluster.get_json("gpuqueue", queue)["status"]["usedGPUs"] == 24
+        # The queue's status is written a moment after the admissions it sums (coalesced).
+        cluster.wait_for("the queue to count the slice's GPUs", lambda: cluster.get_json(
+            "gpuqueue", queue)["status"].get("usedGPUs") == 24, timeout=30)
 
         cluster.kubectl("delete", "raycluster", "rc", "-n", namespace)
         cluster.wait_for("every pod, both GPUJobs and the quota given back", lambda: (

@@ -37,11 +37,8 @@ from kubegang.extender._pods import REQUEUE_ANNOTATION
 
 log = logging.getLogger(__name__)
 
-WATCH_TIMEOUT_SECONDS = 60
-"""Server-side watch timeout; the stream is reopened (from the last version) when it ends. A minute, not
-the usual five: a stream the API server stops feeding without closing it (seen once its etcd was
-restarted under load, in the chaos e2e test) goes stale for at most this long, and reopening one costs
-one request per resource."""
+WATCH_TIMEOUT_SECONDS = 300
+"""Server-side watch timeout; the stream is reopened (from the last version) when it ends."""
 LIST_PAGE_SIZE = 500
 """Objects per list page."""
 

@@ -56,10 +56,8 @@ def build_registry(cache: ClusterCache, *, kubeconfig: str | None, api_timeout_s
         settings.persistence.diffbase_storage = EventsOnlyDiffBase()  # no per-event deep copy (_kopf_essence)
         settings.networking.request_timeout = api_timeout_seconds
         settings.networking.connect_timeout = api_timeout_seconds
-        # A minute (as the extender's streams, extender/_watch.py): a stream the API server stops feeding
-        # without closing it goes stale for at most this long; reopening one is one request.
-        settings.watching.server_timeout = 60
-        settings.watching.client_timeout = 90
+        settings.watching.server_timeout = 300
+        settings.watching.client_timeout = 330
         # Kopf walks this iterable afresh for each failing API request, its watch requests included:
         # jittered delays (kubegang.backoff) in place of its fixed 1, 1, 2, 3, 5, ... so that the
         # replicas do not all come back in the same second after an API server restart.

@@ -280,6 +280,17 @@ class World:
         assert view is not None
         return view
 
+    def represented(self, name: str, namespace: str = "team-a") -> JobView:
+        """The GPUJob the source bridge created, as the API server returns it (with a UID), fed to the cache."""
+        manifest = self.kube.objects[("GPUJob", namespace, name)]
+        body = {**manifest, "metadata": {**manifest["metadata"], "uid": f"uid-{name}", "generation": 1,
+                                         "creationTimestamp": "2025-01-01T00:00:00Z"}, "status": {}}
+        return self.submit(body)
+
+    def pod_pins(self) -> dict[str, dict[str, Any]]:
+        """The merge patches written to pods (the bridge's pins), by pod name."""
+        return {name: patch for kind, _, name, patch in self.kube.patches if kind == "Pod"}
+
     def see_pod(self, body: Mapping[str, Any]) -> None:
         """The watches (the operator's cache and the extender's ledger) see a pod as ``body``."""
         meta = body["metadata"]

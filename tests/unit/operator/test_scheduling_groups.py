@@ -49,17 +49,6 @@ def workload(**labels: str) -> dict[str, Any]:
             "metadata": {"name": "trainer", "namespace": "team-a", "labels": labels}, "spec": {}}
 
 
-def represented(world: World) -> Any:
-    manifest = world.kube.objects[("GPUJob", "team-a", JOB)]
-    body = {**manifest, "metadata": {**manifest["metadata"], "uid": "uid-job", "generation": 1,
-                                     "creationTimestamp": "2025-01-01T00:00:00Z"}, "status": {}}
-    return world.submit(body)
-
-
-def pins(world: World) -> dict[str, dict[str, Any]]:
-    return {name: patch for kind, _, name, patch in world.kube.patches if kind == "Pod"}
-
-
 async def test_a_native_podgroup_is_one_gpujob_sized_by_min_count_admitted_whole_and_pinned() -> None:
     world = World({"team-a": 24}, NODES)
     world.cache.record_scheduling_object("PodGroup", podgroup())
@@ -70,21 +59,21 @@ async def test_a_native_podgroup_is_one_gpujob_sized_by_min_count_admitted_whole
     manifest = world.kube.objects[("GPUJob", "team-a", JOB)]
     owner = manifest["metadata"]["ownerReferences"][0]
     assert (owner["apiVersion"], owner["kind"], owner["uid"]) == ("scheduling.k8s.io/v1alpha2", "PodGroup", "pg-uid")
-    job = represented(world)
+    job = world.represented(JOB)
     assert (job.replicas, job.gpus_per_replica, job.queue, job.spec.topology.required) == (4, 8, "team-a", "leaf")
     assert job.spec.pod_source is not None and job.spec.pod_source.kind is PodSourceKind.SCHEDULING_GROUP
 
     outcomes = await world.cycle()
     assert next(o for o in outcomes if o.job == job.key).reason is WaitReason.EXCEEDS_QUEUE_CAPACITY
     await world.admission.sources.sync()
-    assert pins(world) == {}
+    assert world.pod_pins() == {}
 
     world.cache.upsert_queue(gpu_queue("team-a", 32))
     await world.cycle()
     admitted = world.cache.job(job.uid)
     assert admitted is not None and admitted.phase is Phase.ADMITTED and admitted.placement is not None
     await world.admission.sources.sync()
-    pinned = pins(world)
+    pinned = world.pod_pins()
     assert sorted(pinned) == [f"workers-{i}" for i in range(4)]
     slots = {p.index: p.node for p in admitted.placement.pods}
     for patch in pinned.values():
@@ -100,7 +89,7 @@ async def test_a_group_waits_for_min_count_pods_and_pods_beyond_it_stay_unpinned
     for i in range(3):
         world.cache.upsert_source_pod(member(i))
     await world.admission.sources.sync()
-    job = represented(world)
+    job = world.represented(JOB)
     await world.cycle()
     assert (world.cache.job(job.uid) or job).phase is not Phase.ADMITTED  # 3 of minCount 4
     world.cache.upsert_source_pod(member(3))
@@ -108,7 +97,7 @@ async def test_a_group_waits_for_min_count_pods_and_pods_beyond_it_stay_unpinned
     await world.cycle()
     assert (world.cache.job(job.uid) or job).phase is Phase.ADMITTED
     await world.admission.sources.sync()
-    assert len(pins(world)) == 4 and "workers-4" not in pins(world)
+    assert len(world.pod_pins()) == 4 and "workers-4" not in world.pod_pins()
 
 
 async def test_pods_whose_podgroup_does_not_exist_yet_get_an_event_then_a_gpujob_when_it_appears() -> None:
@@ -177,7 +166,7 @@ async def test_evicting_deletes_the_pods_and_a_group_without_pods_loses_its_gpuj
     for i in range(4):
         world.cache.upsert_source_pod(member(i))
     await world.admission.sources.sync()
-    job = represented(world)
+    job = world.represented(JOB)
     await world.cycle()
     admitted = world.cache.job(job.uid)
     assert admitted is not None and admitted.phase is Phase.ADMITTED

@@ -33,24 +33,12 @@ def group_pod(i: int, *, group: str = "workers", size: int = 4, gpus: int = 8, q
             "spec": spec, "status": {"phase": "Pending"}}
 
 
-def represented(world: World, name: str) -> Any:
-    """The GPUJob the bridge created, as the API server returns it (with a UID), fed to the cache."""
-    manifest = world.kube.objects[("GPUJob", "team-a", name)]
-    body = {**manifest, "metadata": {**manifest["metadata"], "uid": f"uid-{name}", "generation": 1,
-                                     "creationTimestamp": "2025-01-01T00:00:00Z"}, "status": {}}
-    return world.submit(body)
-
-
-def pins(world: World) -> dict[str, dict[str, Any]]:
-    return {name: patch for kind, _, name, patch in world.kube.patches if kind == "Pod"}
-
-
 async def test_a_pod_group_is_admitted_whole_only_when_quota_allows_and_its_pods_are_pinned() -> None:
     world = World({"team-a": 24}, NODES)
     for i in range(4):
         world.cache.upsert_source_pod(group_pod(i))
     await world.admission.sources.sync()
-    job = represented(world, source_job_name_for("workers"))
+    job = world.represented(source_job_name_for("workers"))
     assert (job.replicas, job.gpus_per_replica, job.queue, job.spec.topology.required) == (4, 8, "team-a", "leaf")
     assert job.spec.pod_source is not None and job.spec.pod_source.name == "workers"
 
@@ -58,14 +46,14 @@ async def test_a_pod_group_is_admitted_whole_only_when_quota_allows_and_its_pods
     waiting = next(o for o in outcomes if o.job == job.key)
     assert waiting.reason is WaitReason.EXCEEDS_QUEUE_CAPACITY  # 32 GPUs > the queue's 24
     await world.admission.sources.sync()
-    assert pins(world) == {} and world.kube.pods() == []
+    assert world.pod_pins() == {} and world.kube.pods() == []
 
     world.cache.upsert_queue(gpu_queue("team-a", 32))
     await world.cycle()
     admitted = world.cache.job(job.uid)
     assert admitted is not None and admitted.phase is Phase.ADMITTED
     await world.admission.sources.sync()
-    pinned = pins(world)
+    pinned = world.pod_pins()
     assert sorted(pinned) == [f"workers-{i}" for i in range(4)]
     slots = {p.index: p.node for p in admitted.placement.pods} if admitted.placement else {}
     assert sorted(int(p["metadata"]["labels"][POD_INDEX_LABEL]) for p in pinned.values()) == [0, 1, 2, 3]
@@ -91,7 +79,7 @@ async def test_an_incomplete_group_waits_and_an_extra_pod_beyond_the_size_stays_
     for i in range(3):
         world.cache.upsert_source_pod(group_pod(i))
     await world.admission.sources.sync()
-    job = represented(world, source_job_name_for("workers"))
+    job = world.represented(source_job_name_for("workers"))
     await world.cycle()
     assert (world.cache.job(job.uid) or job).phase is not Phase.ADMITTED  # 3 of 4 pods exist
     world.cache.upsert_source_pod(group_pod(3))
@@ -99,7 +87,7 @@ async def test_an_incomplete_group_waits_and_an_extra_pod_beyond_the_size_stays_
     await world.cycle()
     assert (world.cache.job(job.uid) or job).phase is Phase.ADMITTED
     await world.admission.sources.sync()
-    assert len(pins(world)) == 4 and "workers-4" not in pins(world)
+    assert len(world.pod_pins()) == 4 and "workers-4" not in world.pod_pins()
 
 
 async def test_the_extender_refuses_a_group_pod_until_it_is_pinned() -> None:
@@ -133,7 +121,7 @@ async def test_evicting_a_group_deletes_its_pods_and_a_group_gone_loses_its_gpuj
     for i in range(4):
         world.cache.upsert_source_pod(group_pod(i))
     await world.admission.sources.sync()
-    job = represented(world, source_job_name_for("workers"))
+    job = world.represented(source_job_name_for("workers"))
     await world.cycle()
     admitted = world.cache.job(job.uid)
     assert admitted is not None and admitted.phase is Phase.ADMITTED
@@ -181,7 +169,7 @@ async def test_a_ray_cluster_is_held_suspended_represented_by_its_gpu_workers_an
     name = source_job_name(PodSourceKind.RAY_CLUSTER, "rc")
     manifest = world.kube.objects[("GPUJob", "team-a", name)]
     assert manifest["metadata"]["ownerReferences"][0]["uid"] == "rc-uid"  # deleted with the RayCluster
-    job = represented(world, name)
+    job = world.represented(name)
     assert (job.replicas, job.gpus_per_replica, job.total_gpus) == (4, 8, 32)  # the CPU head is not in it
     world.cache.upsert_raycluster(ray_cluster(suspend=True))
     await world.cycle()
@@ -222,12 +210,12 @@ async def test_a_ray_cluster_scaled_past_its_admission_waits_for_quota_as_a_grow
     world = World({"team-a": 32}, NODES)
     world.cache.upsert_raycluster(ray_cluster(suspend=True))
     await world.admission.sources.sync()
-    base = represented(world, source_job_name(PodSourceKind.RAY_CLUSTER, "rc"))
+    base = world.represented(source_job_name(PodSourceKind.RAY_CLUSTER, "rc"))
     await world.cycle()
     for i in range(4):
         world.cache.upsert_source_pod(ray_worker(i))
     await world.admission.sources.sync()
-    assert sorted(pins(world)) == [f"rc-g0-worker-{i}" for i in range(4)]
+    assert sorted(world.pod_pins()) == [f"rc-g0-worker-{i}" for i in range(4)]
 
     # Scaled to 6 workers: the 2 added pods are a slice of their own, which waits for quota.
     world.cache.upsert_raycluster(ray_cluster(replicas=6, suspend=False))
@@ -235,7 +223,7 @@ async def test_a_ray_cluster_scaled_past_its_admission_waits_for_quota_as_a_grow
         world.cache.upsert_source_pod(ray_worker(i))
     world.kube.patches.clear()
     await world.admission.sources.sync()
-    grown = represented(world, "raycluster-rc.grow-1")
+    grown = world.represented("raycluster-rc.grow-1")
     assert (grown.replicas, grown.gpus_per_replica, grown.queue) == (2, 8, "team-a")
     assert grown.spec.topology.required == "leaf"
     assert world.kube.objects[("GPUJob", "team-a", "raycluster-rc.grow-1")]["metadata"]["ownerReferences"][0][
@@ -244,14 +232,14 @@ async def test_a_ray_cluster_scaled_past_its_admission_waits_for_quota_as_a_grow
     outcomes = await world.cycle()
     assert next(o for o in outcomes if o.job == grown.key).reason is WaitReason.QUOTA_EXHAUSTED  # 32 of 32 used
     await world.admission.sources.sync()
-    assert pins(world) == {}  # the added pods wait: nobody granted their quota
+    assert world.pod_pins() == {}  # the added pods wait: nobody granted their quota
 
     world.cache.upsert_queue(gpu_queue("team-a", 48))
     await world.cycle()
     admitted = world.cache.job(grown.uid)
     assert admitted is not None and admitted.phase is Phase.ADMITTED
     await world.admission.sources.sync()
-    pinned = pins(world)
+    pinned = world.pod_pins()
     assert sorted(pinned) == ["rc-g0-worker-4", "rc-g0-worker-5"]
     assert {p["metadata"]["labels"][JOB_UID_LABEL] for p in pinned.values()} == {grown.uid}
 

@@ -232,7 +232,7 @@ class SourceBridge:
             job = self.cache.job(uid)
             if job is not None and job.spec.pod_source is not None:
                 key = (job.namespace, job.spec.pod_source.kind, job.spec.pod_source.name)
-                if _is_slice(job):
+                if _slice_of(job) is not None:
                     slices.setdefault(key, []).append(job)
                 else:
                     jobs[key] = job
@@ -245,7 +245,7 @@ class SourceBridge:
                 log.exception("%s %s/%s: could not represent it; retrying next step", key[1].value, key[0], key[2])
         for key, job in jobs.items():
             # The base first, then its slices oldest first: the oldest admission gets the pods first.
-            for part in [job, *sorted(slices.get(key, []), key=_slice_order)]:
+            for part in [job, *sorted(slices.get(key, []), key=lambda s: _slice_of(s) or 0)]:
                 try:
                     await self._pin(key, part)
                 except Exception:
@@ -403,7 +403,7 @@ class SourceBridge:
         if source is None:
             return
         if source.kind is PodSourceKind.RAY_CLUSTER:
-            if _is_slice(job):
+            if _slice_of(job) is not None:
                 return  # a growth slice takes only its own pods (teardown deletes them); the cluster runs on
             if (job.namespace, source.name) in self.cache.rayclusters:
                 await self.kube.patch("RayCluster", job.namespace, source.name, {"spec": {"suspend": True}})
@@ -446,16 +446,10 @@ def _scheduling_group_work(name: str, podgroup: Mapping[str, Any] | None, worklo
     return spec, _owner(podgroup, SCHEDULING_API_VERSION, "PodGroup")
 
 
-def _is_slice(job: JobView) -> bool:
-    """Whether ``job`` is a growth slice of its source's GPUJob rather than that GPUJob itself."""
+def _slice_of(job: JobView) -> int | None:
+    """The growth slice number of ``job`` (``operator/_growth.py``), or None for its source's GPUJob itself."""
     source = job.spec.pod_source
-    return source is not None and slice_number(job.name, source_job_name(source.kind, source.name)) is not None
-
-
-def _slice_order(job: JobView) -> int:
-    source = job.spec.pod_source
-    assert source is not None
-    return slice_number(job.name, source_job_name(source.kind, source.name)) or 0
+    return None if source is None else slice_number(job.name, source_job_name(source.kind, source.name))
 
 
 def _owner(obj: Mapping[str, Any], api_version: str = "ray.io/v1", kind: str = "RayCluster") -> dict[str, Any]:

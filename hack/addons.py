@@ -333,8 +333,7 @@ def _up_kuberay(paths: dc.Paths) -> dict[str, Any]:
     ports = {"health": free_port(), "metrics": free_port(), "ray_heads": free_port()}
     _apply_crds(paths, KUBERAY)
     dc.start(paths, RAY_HEADS, [sys.executable, str(Path(__file__).with_name("rayheads.py")),
-                                f"--port={ports['ray_heads']}", f"--kubeconfig={paths.kubeconfig}",
-                                f"--kubectl={dc.binary('kubectl')}"])
+                                f"--port={ports['ray_heads']}", "--follow-submitters"])
     heads = f"http://127.0.0.1:{ports['ray_heads']}"
     dc.wait_for(paths, RAY_HEADS, lambda: _answers(f"{heads}/"), 30)
     dc.start(paths, KUBERAY.process, [

@@ -25,12 +25,12 @@ How long a job runs, by submission mode:
   else ``--default-runtime`` seconds; ``kubegang.io/fake-result: FAILED`` ends it FAILED.
 - ``K8sJobMode`` (the default): KubeRay's submitter pod would run ``ray job submit --submission-id ID``,
   which submits and then follows the job to its end; no fake node runs it, but kwok runs the pod's
-  phases (its ``kubegang.io/fake-runtime``). So a job this head was never sent is looked up on the API
-  server (``--kubeconfig``): the RayJob of the head's namespace whose ``status.jobId`` it is, and that
-  RayJob's submitter pod (``batch.kubernetes.io/job-name``). The job exists once the pod runs, is
-  RUNNING while it runs, and ends SUCCEEDED or FAILED as the pod does.
+  phases (its ``kubegang.io/fake-runtime``). So with ``--follow-submitters`` a job this head was never
+  sent is looked up on the API server of ``hack/cluster``'s cluster: the RayJob of the head's namespace
+  whose ``status.jobId`` it is, and that RayJob's submitter pod (``batch.kubernetes.io/job-name``). The
+  job exists once the pod runs, is RUNNING while it runs, and ends SUCCEEDED or FAILED as the pod does.
 
-Usage: rayheads.py --port PORT [--default-runtime SECONDS] [--kubeconfig FILE --kubectl PATH]
+Usage: rayheads.py --port PORT [--default-runtime SECONDS] [--follow-submitters]
 (started by ``hack/cluster addon kuberay up``).
 """
 
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -48,6 +47,8 @@ from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
+
+import devcluster as dc
 
 from kubegang.kubectl._runtime import FAKE_RUNTIME_ANNOTATION, seconds
 
@@ -114,13 +115,15 @@ def namespace_of(head: str) -> str:
 class Submitters:
     """K8sJobMode: the job a RayJob's submitter pod submitted, as the API server shows that pod."""
 
-    def __init__(self, kubectl: str, kubeconfig: str) -> None:
-        self._kubectl = [kubectl, "--kubeconfig", kubeconfig]
+    def __init__(self, paths: dc.Paths) -> None:
+        self._paths = paths
 
     def _get(self, *args: str) -> list[dict[str, Any]]:
-        proc = subprocess.run([*self._kubectl, "get", *args, "-o", "json"], capture_output=True, text=True,
-                              timeout=30)
-        return list(json.loads(proc.stdout).get("items") or []) if proc.returncode == 0 else []
+        out = dc.kubectl(self._paths, "get", *args, "-o", "json", check=False)
+        try:
+            return list(json.loads(out).get("items") or [])
+        except ValueError:
+            return []  # the API server did not answer: as if nothing were there yet, asked again next poll
 
     def __call__(self, namespace: str, submission_id: str) -> Job | None:
         if not namespace:
@@ -291,10 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--default-runtime", type=float, default=5.0,
                         help="seconds a job runs when its metadata states no kubegang.io/fake-runtime")
-    parser.add_argument("--kubeconfig", help="the cluster's, to follow K8sJobMode submitter pods")
-    parser.add_argument("--kubectl", default="kubectl")
+    parser.add_argument("--follow-submitters", action="store_true",
+                        help="read K8sJobMode submitter pods from hack/cluster's cluster (KUBEGANG_CLUSTER_DIR)")
     args = parser.parse_args(argv)
-    submitters = Submitters(args.kubectl, args.kubeconfig) if args.kubeconfig else None
+    submitters = Submitters(dc.cluster_paths()) if args.follow_submitters else None
     server = serve(args.port, args.default_runtime, submitters)
     sys.stderr.write(f"stand-in Ray heads on http://127.0.0.1:{server.server_address[1]}\n")
     server.serve_forever()

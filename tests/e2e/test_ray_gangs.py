@@ -73,19 +73,31 @@ def _container(name: str, gpus: int) -> dict[str, Any]:
     return {"name": name, "image": "rayproject/ray:2.46.0", "resources": resources}
 
 
+def _ray_cluster(namespace: str, queue: str, workers: int, *, min_workers: int, max_workers: int,
+                 annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """RayCluster ``rc`` queued in ``queue``: a CPU head and one group of 8-GPU workers."""
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "rc", "namespace": namespace, "labels": {"kubegang.io/queue": queue},
+                         **({"annotations": annotations} if annotations else {})},
+            "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+                         "containers": [_container("ray-head", 0)]}}},
+                     "workerGroupSpecs": [{"groupName": "gpu", "replicas": workers, "minReplicas": min_workers,
+                                           "maxReplicas": max_workers, "rayStartParams": {}, "template": {"spec": {
+                                               "containers": [_container("ray-worker", 8)]}}}]}}
+
+
+def _used(cluster: Cluster, queue: str) -> Any:
+    """The queue's ``status.usedGPUs`` (written coalesced, a moment after the admissions it sums)."""
+    return cluster.get_json("gpuqueue", queue)["status"].get("usedGPUs")
+
+
 def test_a_ray_cluster_waits_whole_for_quota_then_starts_whole_in_one_leaf_and_frees_everything_on_delete(
         cluster: Cluster, kubegang: Any, kuberay: dict[str, Any], namespace: str) -> None:
     cluster.use_shape("superpod-h100")
     queue = namespace
     _queue(cluster, queue, namespace, 24)
-    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-          "metadata": {"name": "rc", "namespace": namespace, "labels": {"kubegang.io/queue": queue},
-                       "annotations": {"kubegang.io/topology-required": "leaf"}},
-          "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
-                       "containers": [_container("ray-head", 0)]}}},
-                   "workerGroupSpecs": [{"groupName": "gpu", "replicas": 4, "minReplicas": 4, "maxReplicas": 4,
-                                         "rayStartParams": {}, "template": {"spec": {
-                                             "containers": [_container("ray-worker", 8)]}}}]}}
+    rc = _ray_cluster(namespace, queue, 4, min_workers=4, max_workers=4,
+                      annotations={"kubegang.io/topology-required": "leaf"})
     try:
         created = json.loads(cluster.kubectl("create", "-f", "-", "-o", "json", input=json.dumps(rc)).stdout)
         # The chart's policy suspended it on the way in: KubeRay makes no pod before kubegang admits it.
@@ -113,15 +125,13 @@ def test_a_ray_cluster_waits_whole_for_quota_then_starts_whole_in_one_leaf_and_f
         assert len(_leaves(cluster, workers)) == 1
         placement = (_job(cluster, namespace, "raycluster-rc") or {})["status"]["placement"]
         assert placement["level"] in ("node", "nvlink", "leaf") and len(placement["pods"]) == 4
-        cluster.wait_for("the queue to count all 32 GPUs", lambda: cluster.get_json(
-            "gpuqueue", queue)["status"].get("usedGPUs") == 32, timeout=30)  # its status is coalesced
+        cluster.wait_for("the queue to count all 32 GPUs", lambda: _used(cluster, queue) == 32, timeout=30)
 
         cluster.kubectl("delete", "raycluster", "rc", "-n", namespace)
         cluster.wait_for("every pod gone and the GPUJob collected with the RayCluster", lambda: (
             _pods(cluster, namespace, "ray.io/cluster=rc") == [] and _job(cluster, namespace, "raycluster-rc") is None),
             timeout=90)
-        cluster.wait_for("the queue's GPUs given back", lambda: cluster.get_json(
-            "gpuqueue", queue)["status"].get("usedGPUs") == 0, timeout=30)
+        cluster.wait_for("the queue's GPUs given back", lambda: _used(cluster, queue) == 0, timeout=30)
     finally:
         cluster.kubectl("delete", "raycluster", "--all", "-n", namespace, "--wait=false", check=False)
         cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
@@ -213,8 +223,7 @@ def test_a_statefulset_and_an_indexed_job_are_pod_groups_each_admitted_whole_in_
         done = cluster.get_json("pods", "-n", namespace, "-l", "kubegang.io/pod-group=train")["items"]
         assert len(done) == 4 and all(p["status"]["phase"] == "Succeeded" for p in done)
         assert len(_leaves(cluster, done)) == 1
-        cluster.wait_for("the quota given back", lambda: cluster.get_json("gpuqueue", queue)["status"].get(
-            "usedGPUs") == 0, timeout=90)
+        cluster.wait_for("the quota given back", lambda: _used(cluster, queue) == 0, timeout=90)
     finally:
         cluster.kubectl("delete", "statefulset,job", "--all", "-n", namespace, "--wait=false", check=False)
         cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
@@ -228,13 +237,7 @@ def test_a_ray_cluster_scaled_past_its_admission_grows_only_when_quota_allows_wi
     cluster.use_shape("superpod-h100")
     queue = namespace
     _queue(cluster, queue, namespace, 16)
-    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-          "metadata": {"name": "rc", "namespace": namespace, "labels": {"kubegang.io/queue": queue}},
-          "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
-                       "containers": [_container("ray-head", 0)]}}},
-                   "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 0, "maxReplicas": 4,
-                                         "rayStartParams": {}, "template": {"spec": {
-                                             "containers": [_container("ray-worker", 8)]}}}]}}
+    rc = _ray_cluster(namespace, queue, 2, min_workers=0, max_workers=4)
     workers = "ray.io/cluster=rc,ray.io/node-type=worker"
     try:
         cluster.kubectl("create", "-f", "-", input=json.dumps(rc))
@@ -253,8 +256,7 @@ def test_a_ray_cluster_scaled_past_its_admission_grows_only_when_quota_allows_wi
         _held_whole(cluster, namespace, workers + ",!kubegang.io/job-uid")  # the added one stays unbound
         assert {p["metadata"]["uid"] for p in _pods(cluster, namespace, workers)} >= first
         assert _phase(cluster, namespace, "raycluster-rc") == "Running"  # the admitted part runs on
-        cluster.wait_for("the queue to count the base's GPUs only", lambda: cluster.get_json(
-            "gpuqueue", queue)["status"].get("usedGPUs") == 16, timeout=30)
+        cluster.wait_for("the queue to count the base's GPUs only", lambda: _used(cluster, queue) == 16, timeout=30)
         assert "quota" in _why(cluster, namespace, "raycluster-rc.grow-1").lower()  # the slice explains itself
 
         _queue(cluster, queue, namespace, 24)
@@ -266,15 +268,14 @@ def test_a_ray_cluster_scaled_past_its_admission_grows_only_when_quota_allows_wi
         for p in pods:
             assert p["spec"]["nodeName"] == p["metadata"]["annotations"]["kubegang.io/node"]
         # The queue's status is written a moment after the admissions it sums (coalesced).
-        cluster.wait_for("the queue to count the slice's GPUs", lambda: cluster.get_json(
-            "gpuqueue", queue)["status"].get("usedGPUs") == 24, timeout=30)
+        cluster.wait_for("the queue to count the slice's GPUs", lambda: _used(cluster, queue) == 24, timeout=30)
 
         cluster.kubectl("delete", "raycluster", "rc", "-n", namespace)
         cluster.wait_for("every pod, both GPUJobs and the quota given back", lambda: (
             _pods(cluster, namespace, "ray.io/cluster=rc") == []
             and _job(cluster, namespace, "raycluster-rc") is None
             and _job(cluster, namespace, "raycluster-rc.grow-1") is None
-            and cluster.get_json("gpuqueue", queue)["status"].get("usedGPUs") == 0), timeout=120)
+            and _used(cluster, queue) == 0), timeout=120)
     finally:
         cluster.kubectl("delete", "raycluster", "--all", "-n", namespace, "--wait=false", check=False)
         cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
@@ -289,13 +290,7 @@ def test_a_higher_priority_gang_preempts_a_ray_cluster_whole_and_it_runs_again_a
     cluster.apply({"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUQueue", "metadata": {"name": queue},
                    "spec": {"namespaces": [namespace], "resources": [{"flavor": H100, "nominal": 16}],
                             "preemption": {"withinQueue": "LowerPriority"}}})
-    rc = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-          "metadata": {"name": "rc", "namespace": namespace, "labels": {"kubegang.io/queue": queue}},
-          "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
-                       "containers": [_container("ray-head", 0)]}}},
-                   "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 2, "maxReplicas": 2,
-                                         "rayStartParams": {}, "template": {"spec": {
-                                             "containers": [_container("ray-worker", 8)]}}}]}}
+    rc = _ray_cluster(namespace, queue, 2, min_workers=2, max_workers=2)
     high = {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob",
             "metadata": {"name": "high", "namespace": namespace},
             "spec": {"replicas": 2, "queue": queue, "priority": 100, "template": {"spec": {"containers": [
@@ -391,7 +386,7 @@ def test_a_ray_job_is_admitted_as_the_gang_of_its_ray_cluster_runs_to_completion
         assert (status["jobDeploymentStatus"], status["jobStatus"]) == ("Complete", "SUCCEEDED"), status
         cluster.wait_for("its cluster, GPUJob and quota to be gone", lambda: (
             ray_cluster() is None and _job(cluster, namespace, f"raycluster-{name}") is None
-            and cluster.get_json("gpuqueue", queue)["status"].get("usedGPUs") == 0), timeout=120)
+            and _used(cluster, queue) == 0), timeout=120)
     finally:
         cluster.kubectl("delete", "rayjob", "--all", "-n", namespace, "--wait=false", check=False)
         cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)

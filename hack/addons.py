@@ -199,6 +199,18 @@ def _apply_crds(paths: dc.Paths, a: Addon) -> None:
     dc.kubectl(paths, "apply", "--server-side", "--force-conflicts", "--field-manager", f"kubegang-{a.name}",
                *[arg for f in a.crd_files for arg in ("-f", str(f))])
     dc.kubectl(paths, "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{c}" for c in a.crd_names])
+    # Established is not yet served: a CRD deleted and made again (an add-on's down, then up) is refused
+    # for a moment more ("ServiceUnavailable ... Kind=RayCluster not found"), so wait until each lists.
+    deadline = time.monotonic() + 60
+    for crd in a.crd_names:
+        while True:
+            try:
+                dc.kubectl(paths, "get", crd, "-A", "--chunk-size=1", "-o", "name")
+                break
+            except dc.ClusterError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
 
 # --- Kueue --------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from kubegang.api import (
     RequestError,
     pod_spec_requests,
 )
-from kubegang.operator._conditions import Phase
+from kubegang.operator._conditions import Phase, parse_rfc3339
 from kubegang.placement import Toleration
 
 
@@ -163,6 +163,23 @@ class JobView:
     def requests_gpus(self) -> bool:
         """Whether its pods ask for any GPU (whole GPUs or a share of one)."""
         return self.gpus_per_replica > 0 or self.gpu_milli > 0
+
+    @property
+    def time_limit(self) -> float | None:
+        """spec.timeLimitSeconds: how long the gang may run once Running (None: no limit)."""
+        limit = self.spec.time_limit_seconds
+        return float(limit) if limit is not None else None
+
+    @property
+    def started_at(self) -> dt.datetime | None:
+        """status.startedAt: when every replica of the current attempt was last seen Running."""
+        raw = self.status.get("startedAt")
+        if not isinstance(raw, str):
+            return None
+        try:
+            return parse_rfc3339(raw)
+        except ValueError:
+            return None
 
     @property
     def placement(self) -> Placement | None:

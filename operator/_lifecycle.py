@@ -13,7 +13,9 @@ Rules, in the order they are checked:
 4. Every replica Succeeded: the job Succeeded.
 5. Not every pod bound within ``gangTimeoutSeconds`` of creation (``podsCreatedAt``, else
    ``admittedAt``): delete the gang and requeue it with the nodes that did not bind excluded.
-6. Otherwise report progress (ready replicas, Running once all run).
+6. A Running gang past ``timeLimitSeconds`` since ``startedAt``: delete its pods, the job Failed
+   (``TimeLimitExceeded``, Slurm's TIMEOUT; no restart: it would only run out of time again).
+7. Otherwise report progress (ready replicas, Running once all run).
 """
 
 from __future__ import annotations
@@ -229,4 +231,16 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
             )
         return Decision(Action.PROGRESS, ready=ready, running=all_running, stale_pods=stale, recheck_after=left)
 
+    limit, started = job.spec.time_limit_seconds, job.started_at
+    if limit is not None and started is not None and phase is Phase.RUNNING:
+        left = (started - now).total_seconds() + limit
+        if left <= 0:
+            return Decision(
+                Action.FAIL,
+                "TimeLimitExceeded",
+                f"ran past timeLimitSeconds ({limit}s) since {started.isoformat()}: its pods were deleted",
+                ready=ready,
+                stale_pods=stale,
+            )
+        return Decision(Action.PROGRESS, ready=ready, running=all_running, stale_pods=stale, recheck_after=left)
     return Decision(Action.PROGRESS, ready=ready, running=all_running, stale_pods=stale)

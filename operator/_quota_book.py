@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -92,9 +93,13 @@ def queue_spec(body: Mapping[str, Any]) -> QueueSpec:
 class QuotaBook:
     """QuotaPort backed by :class:`kubegang.quota.QuotaTree`."""
 
-    def __init__(self, priority_of: PriorityOf, node_products: NodeProducts = _no_nodes) -> None:
+    def __init__(self, priority_of: PriorityOf, node_products: NodeProducts = _no_nodes, *,
+                 job_of: Callable[[str], JobView | None] | None = None) -> None:
         self.priority_of = priority_of
         self.node_products = node_products
+        self.job_of = job_of
+        """The job as the cache has it now (its ``startedAt`` comes after the admission this book
+        recorded); None: the recorded view."""
         self._assigned: dict[str, str] = {}
         """Job UID → flavour of its current admission (kept across tree rebuilds of this leader)."""
         self.tree = QuotaTree([], unit=MILLI)
@@ -280,6 +285,18 @@ class QuotaBook:
 
     def running(self) -> list[JobView]:
         return sorted(self._held.values(), key=lambda held: held.admitted_at or "")
+
+    def ends_at(self, job: JobView) -> float | None:
+        """``startedAt`` (now, if not yet Running) plus ``timeLimitSeconds``, on the cycle's monotonic
+        clock."""
+        limit = job.time_limit
+        if limit is None:
+            return None
+        current = (self.job_of(job.uid) if self.job_of is not None else None) or job
+        started = current.started_at
+        wall = time.time()
+        left = limit if started is None else started.timestamp() + limit - wall
+        return time.monotonic() + left
 
     def preemption_candidates(self, job: JobView) -> list[Preemptible[JobView]]:
         if job.queue not in set(self.tree.leaves):

@@ -70,7 +70,7 @@ async def run(settings: OperatorSettings) -> None:
     except ConfigError as exc:
         raise ValueError(f"kubeconfig: {exc}") from None
     kube = KubeApi(client, RateLimiter(settings.api_qps, settings.api_burst))
-    quota = QuotaBook(priority_of=cache.priority_of, node_products=lambda: cache.gpu_products)
+    quota = QuotaBook(priority_of=cache.priority_of, node_products=lambda: cache.gpu_products, job_of=cache.job)
     admission = Admission(
         cache,
         quota,

@@ -84,6 +84,8 @@ class _SimJob:
     previous_domain: str | None = None
     requests_gpus: bool = True
     generation: int = 1
+    use_limits: bool = True
+    """Whether the cycle sees the job's time limit (the GPUJob's ``timeLimitSeconds``)."""
 
     @property
     def uid(self) -> str:
@@ -92,6 +94,10 @@ class _SimJob:
     @property
     def key(self) -> str:
         return self.job.id
+
+    @property
+    def time_limit(self) -> float | None:
+        return self.job.time_limit if self.use_limits else None
 
 
 class _TreeQuota:
@@ -151,6 +157,13 @@ class _TreeQuota:
     def running(self) -> list[_SimJob]:
         return [job for job, _ in sorted(self.running_jobs.values(), key=lambda pair: pair[1])]
 
+    def ends_at(self, job: _SimJob) -> float | None:
+        limit = job.time_limit
+        held = self.running_jobs.get(job.uid)
+        if limit is None or held is None:
+            return None
+        return held[1] + limit
+
 
 class KubegangPolicy:
     """Queue tree + fair share + whole-gang placement + gang preemption + backfill: the operator's cycle."""
@@ -158,10 +171,13 @@ class KubegangPolicy:
     name = "kubegang"
 
     def __init__(self, queues: int = 1, backfill: BackfillPolicy | None = None, *,
-                 max_rounds: int | None = None) -> None:
+                 max_rounds: int | None = None, use_limits: bool = True) -> None:
         """``max_rounds``: the cycle's ``CycleSettings.max_rounds`` (None: the operator's default);
-        other values are experiments (``bench.sim.why_waits``), not what the operator runs."""
+        other values are experiments (``bench.sim.why_waits``), not what the operator runs.
+        ``use_limits``: the jobs carry their time limits (``timeLimitSeconds``), as the baselines that
+        plan with them see them; False measures kubegang without them."""
         self.queues = queues
+        self.use_limits = use_limits
         self.backfill_policy = backfill or BackfillPolicy()
         defaults = CycleSettings()
         self.settings = CycleSettings(backfill=self.backfill_policy,
@@ -192,7 +208,7 @@ class KubegangPolicy:
     def submit(self, job: Job, now: float) -> None:
         self.now = now
         queue = job.queue if job.queue in self.tree.leaves else "team-0"
-        self.waiting_jobs[job.id] = _SimJob(job, queue)
+        self.waiting_jobs[job.id] = _SimJob(job, queue, use_limits=self.use_limits)
 
     def finished(self, job: Job, now: float) -> None:
         self.now = now

@@ -46,6 +46,18 @@ IDEAS: dict[str, Callable[[], Policy]] = {
         backfill=BackfillPolicy(reserve_after_seconds=0.0, max_reservations=2)),
     "3 reservations at once": lambda: KubegangPolicy(
         backfill=BackfillPolicy(reserve_after_seconds=0.0, max_reservations=3)),
+    # Time limits (GPUJob timeLimitSeconds, the same limits slurm-tree plans with).
+    "no time limits": lambda: KubegangPolicy(use_limits=False),
+    "limits, reserve at once": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=0.0)),
+    "limits, reserve after 1 h": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=HOUR)),
+    "limits, reserve after 4 h": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=4 * HOUR)),
+    "limits, 3 reservations at once": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=0.0, max_reservations=3)),
+    "limits, 5 reservations at once": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=0.0, max_reservations=5)),
 }
 
 

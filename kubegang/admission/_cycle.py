@@ -27,9 +27,10 @@ One cycle, as Kueue's ``schedule()``:
    and the nodes it freed are its own meanwhile (``CLAIM_SECONDS``): a job behind it that took them
    would only be evicted in turn.
 6. **Backfill reservation** — a head blocked (on GPUs or quota) longer than the policy's threshold
-   reserves the nodes it would get once the fewest running gangs are gone (``WhatIf`` over them,
-   waited for, not evicted): Slurm's EASY backfill without run times. Later jobs are placed without
-   those nodes until it starts.
+   reserves the nodes it would get once running gangs are gone (``WhatIf`` over them, waited for,
+   not evicted): Slurm's EASY backfill. Where they have time limits, the gangs that end first, so
+   its latest start is known and later jobs that end by then may still use those nodes; otherwise
+   the fewest gangs, and later jobs are placed without those nodes until it starts.
 7. **Outcome** — a typed ``Entry`` per job (``AdmitResult``, ``WaitReason``, the message);
    jobs never reached this cycle are ``WaitingInQueue``.
 
@@ -236,7 +237,9 @@ class AdmissionCycle(Generic[J, P]):
             return self._entry(job, AdmitResult.QUEUED, WaitReason.PREEMPTING,
                                "waiting for preempted gangs to terminate")
         self._preempting.pop(job.uid, None)
-        excluded = job.excluded_nodes | self.backfill.excluded_for(job.uid) | self._claimed_by_others(job.uid)
+        ends_by = None if job.time_limit is None else now + job.time_limit
+        excluded = (job.excluded_nodes | self.backfill.excluded_for(job.uid, ends_by)
+                    | self._claimed_by_others(job.uid))
         fitting = [option for option, verdict in possible if verdict.ok]
         if not fitting:
             first, verdict = possible[0]
@@ -328,22 +331,64 @@ class AdmissionCycle(Generic[J, P]):
         if entry.result is not AdmitResult.QUEUED:
             return entry
         self.backfill.blocked(job.uid, now)
-        held = self.backfill.reservation(job.uid)
-        if held is None and self._overlaps < self.backfill.policy.max_reservations \
-                and self.backfill.reservation_due(job.uid, now, after=self.quota.reserve_after(job)):
-            answer: WhatIfAnswer = yield WhatIf(job, tuple(r for r in self.quota.running() if r.uid != job.uid))
+        held = self.backfill.held(job.uid)
+        after = self.quota.reserve_after(job)
+        if held is None and self._overlaps < self.backfill.policy.max_reservations:
+            found: tuple[frozenset[str], float | None] | None = None
+            if self.backfill.reservation_due(job.uid, now, after=after):
+                found = yield from self._reservation_nodes(job, now, planned_only=False)
+            elif self.backfill.could_plan_sooner(job.uid, now, after=after):
+                found = yield from self._reservation_nodes(job, now, planned_only=True)
             # Reservations stay disjoint: two holders each excluded from the other's nodes would wait
             # for each other for ever.
-            overlaps = bool(answer.nodes & self.backfill.excluded_for(job.uid))
+            overlaps = found is not None and bool(found[0] & self.backfill.excluded_for(job.uid))
             self._overlaps += overlaps
-            if answer.victims is not None and answer.nodes and not overlaps:
-                self.backfill.reserve(job.uid, answer.nodes)
-                held = answer.nodes
-                log.info("%s reserves %d nodes for backfill after waiting", job.key, len(held))
-        if not held:
+            if found is not None and found[0] and not overlaps:
+                self.backfill.reserve(job.uid, found[0], starts_by=found[1])
+                held = self.backfill.held(job.uid)
+                log.info("%s reserves %d nodes for backfill after waiting", job.key, len(found[0]))
+        if held is None:
             return entry
-        message = f"{entry.message}; holds a backfill reservation of {len(held)} nodes that later jobs may not use"
-        return dataclasses.replace(entry, message=message, reservation=held)
+        if held.starts_by is None:
+            message = (f"{entry.message}; holds a backfill reservation of {len(held.nodes)} nodes "
+                       "that later jobs may not use")
+        else:
+            message = (f"{entry.message}; holds a backfill reservation of {len(held.nodes)} nodes, free for it within "
+                       f"{max(held.starts_by - now, 0.0):.0f}s by the time limits there; later jobs may use them only "
+                       "if their timeLimitSeconds ends sooner")
+        return dataclasses.replace(entry, message=message, reservation=held.nodes)
+
+    def _reservation_nodes(self, job: J, now: float, *, planned_only: bool
+                           ) -> Generator[Effect[J, P], Any, tuple[frozenset[str], float | None] | None]:
+        """The nodes ``job`` would reserve and its latest start on them (None: not known).
+
+        With time limits, the nodes of the shortest prefix of running gangs, soonest end first, whose
+        departure lets it run (a binary search of ``WhatIf`` over prefixes: the answer's victims are
+        among them, so it can start once the last of those ends); otherwise, or when it needs a gang
+        without a limit gone, the fewest running gangs' nodes (``WhatIf`` over all of them), start
+        unknown. ``planned_only``: only a reservation whose start is known (None otherwise)."""
+        running = [r for r in self.quota.running() if r.uid != job.uid]
+        ends = {r.uid: self.quota.ends_at(r) for r in running}
+        limited = sorted((r for r in running if ends[r.uid] is not None), key=lambda r: ends[r.uid] or 0.0)
+        if limited:
+            best: WhatIfAnswer = yield WhatIf(job, tuple(limited))
+            if best.victims is not None:
+                low, high = 0, len(limited)  # the shortest prefix that lets it run: in (low - 1, high]
+                while low < high:
+                    middle = (low + high) // 2
+                    answer: WhatIfAnswer = yield WhatIf(job, tuple(limited[:middle]))
+                    if answer.victims is not None:
+                        best, high = answer, middle
+                    else:
+                        low = middle + 1
+                victims = best.victims or ()
+                starts_by = max((ends[uid] or now for uid in victims), default=now)
+                return (best.nodes, starts_by) if best.nodes else None
+        if planned_only:
+            return None
+        unlimited = [r for r in running if ends[r.uid] is None]
+        anyone: WhatIfAnswer = yield WhatIf(job, tuple(limited + unlimited))
+        return (anyone.nodes, None) if anyone.victims is not None and anyone.nodes else None
 
     # -- outcomes ------------------------------------------------------------------------------
     def _entry(self, job: J, result: AdmitResult, reason: WaitReason, message: str) -> Entry[J, P]:

@@ -59,3 +59,8 @@ class QuotaPort(Protocol[J]):
     def running(self) -> list[J]:
         """Gangs holding an admission, the longest-running first (what a backfill reservation waits for)."""
         ...
+
+    def ends_at(self, job: J) -> float | None:
+        """When the running gang ``job`` ends at the latest, in the cycle's clock: its start (now, if it
+        has not started) plus its time limit; None when it has none."""
+        ...

@@ -54,6 +54,12 @@ class Workload(Protocol):
         """Whether its pods ask for any GPU (whole or a share)."""
         ...
 
+    @property
+    def time_limit(self) -> float | None:
+        """Seconds it may run once started (the user's limit, Slurm's ``--time``); None: none given.
+        Backfill plans with it: it may run on another job's reserved nodes if it ends in time."""
+        ...
+
 
 J = TypeVar("J", bound=Workload)
 P = TypeVar("P")

@@ -188,6 +188,12 @@ class GPUJobSpec(ApiModel):
     gang_timeout_seconds: int = Field(default=300, ge=1, strict=True)
     """Seconds from pod creation until every pod must be bound; otherwise the gang is deleted whole
     and requeued with the failing nodes excluded."""
+    time_limit_seconds: int | None = Field(default=None, ge=1, le=31_536_000, strict=True)
+    """Seconds the gang may run, counted from the moment every replica is Running (``status.startedAt``,
+    afresh after each restart): then its pods are deleted and the job Failed (``TimeLimitExceeded``),
+    as Slurm's ``--time``. Backfill plans with it: a job with a limit may run on nodes reserved for a
+    blocked gang when it will end before that gang could start there, and the reservation picks the
+    nodes whose gangs end first. Unset: no limit, and backfill cannot plan around the job."""
     suspend: bool = Field(default=False, strict=True)
     """A suspended job holds no pods and no quota; set it back to false to queue it again."""
     ttl_seconds_after_finished: int | None = Field(default=None, ge=0, strict=True)

@@ -11,6 +11,7 @@ from kubegang.quota._backfill import (
     DEFAULT_RESERVE_AFTER_SECONDS,
     Backfill,
     BackfillPolicy,
+    BackfillReservation,
     QueueingStrategy,
 )
 from kubegang.quota._candidates import (
@@ -42,6 +43,7 @@ __all__ = [
     "DEFAULT_RESERVE_AFTER_SECONDS",
     "Backfill",
     "BackfillPolicy",
+    "BackfillReservation",
     "BindingLimit",
     "BorrowWithinParent",
     "Candidate",

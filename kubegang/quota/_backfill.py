@@ -8,7 +8,7 @@ Philly-like sizes, GPUs allocated while jobs wait rise from 90% to 96-98% and th
 delay falls from 1-7 h to 0.1-1.2 h. Backfill alone starves big gangs (the longest wait on
 gb200-nvl72 grew from 26 h to 64 h): small jobs keep taking every GPU that frees up.
 
-The rule, Slurm's EASY backfill without run-time estimates (GPUJobs carry none):
+The rule, Slurm's EASY backfill, with run-time estimates where jobs give a time limit:
 
 1. ``BEST_EFFORT_FIFO`` (default): a head that fits in quota but not on the GPUs steps aside for the
    rest of the cycle, so the jobs behind it, in its queue and in others, may start now. Quota
@@ -25,6 +25,13 @@ The rule, Slurm's EASY backfill without run-time estimates (GPUJobs carry none):
    keeps nodes, not quota: it bounds the wait when quota is not what blocks the job (queues that
    may borrow what the cluster has).
 3. At most ``max_reservations`` at a time: each one keeps GPUs idle while its nodes drain.
+4. **Time limits** (a GPUJob's ``timeLimitSeconds``, Slurm's ``--time``), where the gangs it waits for
+   have them: the reservation takes the nodes whose gangs end first (the shortest prefix of running
+   gangs, soonest limit first, whose departure lets it run), so it knows when it can start at the
+   latest (``starts_by``). A job whose own limit ends before that may still be placed on those nodes:
+   it is gone before the holder could use them, so it costs the holder nothing and the GPUs do not
+   idle while they drain (Slurm's backfill). Such a reservation may be taken sooner
+   (``planned_reserve_after_seconds``): it costs little when short jobs fill its window.
 
 Pure bookkeeping: the caller (the simulator, the operator) asks the placement engine for the
 reservation's nodes and passes ``excluded_for(job)`` to it for every other gang.
@@ -67,6 +74,10 @@ class BackfillPolicy:
     big gangs may starve). Only used with ``BestEffortFIFO``."""
     max_reservations: int = 1
     """Reservations held at once (EASY backfill holds one)."""
+    planned_reserve_after_seconds: float | None = None
+    """Seconds a job may stay blocked before it reserves when every gang it would wait for has a time
+    limit, so its latest start is known and jobs that end before it may use its nodes meanwhile; None:
+    ``reserve_after_seconds`` for those too."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.strategy, QueueingStrategy):
@@ -80,9 +91,25 @@ class BackfillPolicy:
                                   or math.isnan(after) or after < 0):
             raise ValueError(
                 f"BackfillPolicy.reserve_after_seconds: {after!r} must be a number of seconds >= 0, or None (never)")
+        planned = self.planned_reserve_after_seconds
+        if planned is not None and (isinstance(planned, bool) or not isinstance(planned, int | float)
+                                    or math.isnan(planned) or planned < 0):
+            raise ValueError(f"BackfillPolicy.planned_reserve_after_seconds: {planned!r} must be a number of "
+                             "seconds >= 0, or None (as reserve_after_seconds)")
         if isinstance(self.max_reservations, bool) or not isinstance(self.max_reservations, int) \
                 or self.max_reservations < 0:
             raise ValueError(f"BackfillPolicy.max_reservations: {self.max_reservations!r} must be an integer >= 0")
+
+
+@dataclass(frozen=True)
+class BackfillReservation:
+    """Nodes held for one blocked job."""
+
+    nodes: frozenset[str]
+    """Other gangs are placed off them (unless they end by ``starts_by``)."""
+    starts_by: float | None = None
+    """When the holder can start on them at the latest, from the time limits of the gangs running
+    there (the caller's clock); None: unknown (a gang there has no limit)."""
 
 
 class Backfill:
@@ -91,7 +118,7 @@ class Backfill:
     def __init__(self, policy: BackfillPolicy | None = None) -> None:
         self.policy = policy or BackfillPolicy()
         self._blocked_since: dict[str, float] = {}
-        self._reserved: dict[str, frozenset[str]] = {}
+        self._reserved: dict[str, BackfillReservation] = {}
 
     @property
     def steps_aside(self) -> bool:
@@ -102,10 +129,16 @@ class Backfill:
         """``job_id`` fits in quota but not on the GPUs at ``now`` (the first time counts)."""
         self._blocked_since.setdefault(job_id, now)
 
-    def reservation_due(self, job_id: str, now: float, *, after: float | None = None) -> bool:
+    def reservation_due(self, job_id: str, now: float, *, after: float | None = None,
+                        planned: bool = False) -> bool:
         """Whether ``job_id`` should now get a reservation (the caller finds its nodes); ``after``
-        overrides the policy's ``reserve_after_seconds`` (a queue's own setting)."""
-        after = self.policy.reserve_after_seconds if after is None else after
+        overrides the policy's ``reserve_after_seconds`` (a queue's own setting); ``planned``: the
+        threshold of a reservation whose start the time limits give (``planned_reserve_after_seconds``,
+        when the policy sets one and the queue does not)."""
+        if after is None:
+            after = self.policy.reserve_after_seconds
+            if planned and self.policy.planned_reserve_after_seconds is not None:
+                after = self.policy.planned_reserve_after_seconds
         return (
             self.steps_aside
             and after is not None
@@ -115,23 +148,39 @@ class Backfill:
             and now - self._blocked_since[job_id] >= after
         )
 
-    def reserve(self, job_id: str, nodes: Iterable[str]) -> None:
-        """Keep ``nodes`` for ``job_id``: other gangs are placed without them until it starts."""
+    def could_plan_sooner(self, job_id: str, now: float, *, after: float | None = None) -> bool:
+        """Whether a reservation with a known start would be due for ``job_id`` now though a plain one
+        is not (the caller then asks whether the time limits give one)."""
+        return (self.reservation_due(job_id, now, after=after, planned=True)
+                and not self.reservation_due(job_id, now, after=after))
+
+    def reserve(self, job_id: str, nodes: Iterable[str], starts_by: float | None = None) -> None:
+        """Keep ``nodes`` for ``job_id``: other gangs are placed without them until it starts, except
+        those that end by ``starts_by`` (its latest start on them, when known)."""
         if job_id not in self._reserved and len(self._reserved) >= self.policy.max_reservations:
             raise ValueError(f"cannot reserve for {job_id!r}: {len(self._reserved)} reservation(s) held already, "
                              f"max_reservations is {self.policy.max_reservations}")
-        self._reserved[job_id] = frozenset(nodes)
+        self._reserved[job_id] = BackfillReservation(frozenset(nodes), starts_by)
 
     def reservation(self, job_id: str) -> frozenset[str] | None:
         """The nodes reserved for ``job_id``, if it holds a reservation."""
+        held = self._reserved.get(job_id)
+        return held.nodes if held is not None else None
+
+    def held(self, job_id: str) -> BackfillReservation | None:
+        """The reservation of ``job_id`` (nodes and latest start), if it holds one."""
         return self._reserved.get(job_id)
 
-    def excluded_for(self, job_id: str) -> frozenset[str]:
-        """Nodes ``job_id`` must not be placed on: those reserved for other jobs."""
+    def excluded_for(self, job_id: str, ends_by: float | None = None) -> frozenset[str]:
+        """Nodes ``job_id`` must not be placed on: those reserved for other jobs, less those of
+        reservations it would leave in time (``ends_by``: its start now plus its time limit)."""
         out: set[str] = set()
-        for holder, nodes in self._reserved.items():
-            if holder != job_id:
-                out |= nodes
+        for holder, held in self._reserved.items():
+            if holder == job_id:
+                continue
+            if ends_by is not None and held.starts_by is not None and ends_by <= held.starts_by:
+                continue  # gone before the holder could start there
+            out |= held.nodes
         return frozenset(out)
 
     def forget(self, job_id: str) -> None:

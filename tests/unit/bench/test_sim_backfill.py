@@ -85,3 +85,37 @@ def test_two_gangs_that_need_the_same_nodes_do_not_both_reserve_them() -> None:
     assert result.started["big-1"] == 10 * HOUR
     assert 11 * HOUR <= result.started["big-2"] <= 12 * HOUR
     assert result.metrics.completed == len(jobs)
+
+
+def _limited(job_id: str, arrival: float, pods: int, duration: float, limit: float) -> Job:
+    return Job(job_id, arrival, pods, 8, duration, "team-0", 0, "NVIDIA-H100-80GB-HBM3", time_limit=limit)
+
+
+def _limits_run(use_limits: bool) -> RunResult:
+    # 4 nodes. "a" holds one for 10 h, "b" one for 2 h, "c" one for 3 h (their limits = run times);
+    # "big" needs three and is blocked from t=1. With limits it reserves the nodes whose gangs end
+    # first (b's, c's and the free one): it can start at 3 h at the latest. "quick" (limit 1.5 h) may
+    # use the free reserved node meanwhile, it is gone by then; "slow" (limit 5 h) may not.
+    cluster = load_cluster("superpod-h100", limit=4)
+    jobs = [_limited("a", 0.0, 1, 10 * HOUR, 10 * HOUR), _limited("b", 0.0, 1, 2 * HOUR, 2 * HOUR),
+            _limited("c", 0.0, 1, 3 * HOUR, 3 * HOUR), _limited("big", 1.0, 3, HOUR, HOUR),
+            _limited("quick", 2.0, 1, HOUR, 1.5 * HOUR), _limited("slow", 3.0, 1, HOUR, 5 * HOUR)]
+    policy = BackfillPolicy(reserve_after_seconds=None, planned_reserve_after_seconds=0.0)
+    return simulate(KubegangPolicy(backfill=policy, use_limits=use_limits), cluster, jobs, horizon=100 * HOUR)
+
+
+def test_with_time_limits_a_blocked_gang_reserves_the_nodes_that_free_first_and_short_jobs_fill_them() -> None:
+    result = _limits_run(use_limits=True)
+    assert result.started["quick"] == 2.0  # ends before "big" could start: backfilled on its nodes
+    assert result.started["big"] == 3 * HOUR  # when "c", the last of b and c, ends; not a's 10 h
+    assert result.started["slow"] >= 3 * HOUR  # would run past the reservation's start: kept off
+    assert result.metrics.completed == 6
+
+
+def test_without_time_limits_the_planned_reservation_is_never_taken() -> None:
+    # The same jobs whose limits the cycle does not see: no start is known, and reserve_after_seconds
+    # is None, so "big" reserves nothing and "slow" takes the free node as soon as "quick" leaves it.
+    result = _limits_run(use_limits=False)
+    assert result.started["slow"] == 2.0 + HOUR
+    assert result.started["big"] >= 3 * HOUR
+    assert result.metrics.completed == 6

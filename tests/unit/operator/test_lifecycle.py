@@ -75,6 +75,25 @@ def test_unbound_gang_times_out_and_excludes_failing_nodes(job_body: Any) -> Non
     assert late.excluded_nodes == {"node-1", "node-2"}
 
 
+def test_running_gang_past_its_time_limit_fails_and_is_rechecked_before(job_body: Any) -> None:
+    body = job_body(replicas=3, timeLimitSeconds=600, status={
+        "phase": "Running", "restarts": 0, "admittedAt": "2025-01-01T00:00:00Z",
+        "podsCreatedAt": "2025-01-01T00:00:00Z", "startedAt": "2025-01-01T00:01:00Z"})
+    job = job_view(body)
+    pods = [pod(i) for i in range(3)]
+    early = decide(job, pods, T0 + dt.timedelta(seconds=60 + 400))
+    assert early.action is Action.PROGRESS and early.recheck_after == 200
+    late = decide(job, pods, T0 + dt.timedelta(seconds=60 + 600))
+    assert late.action is Action.FAIL and late.reason == "TimeLimitExceeded"
+    assert "timeLimitSeconds (600s)" in late.message
+    # A gang that finished in time succeeds, whatever the clock says afterwards.
+    done = decide(job, [pod(i, "Succeeded") for i in range(3)], T0 + dt.timedelta(hours=1))
+    assert done.action is Action.SUCCEED
+    # Without a limit nothing is timed once the gang runs.
+    free = decide(admitted(job_body, "Running"), pods, T0 + dt.timedelta(days=30))
+    assert free.action is Action.PROGRESS and free.recheck_after is None
+
+
 def test_all_succeeded(job_body: Any) -> None:
     d = decide(admitted(job_body, "Running"), [pod(i, "Succeeded") for i in range(3)], T0)
     assert d.action is Action.SUCCEED

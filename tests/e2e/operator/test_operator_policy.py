@@ -3,6 +3,7 @@ job its queue can never hold — each checked through the API as a user would se
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -134,6 +135,28 @@ def test_failing_worker_restarts_the_whole_gang_then_fails_after_restart_limit(o
     pods = ops.pods("crashy")
     assert 1 <= len(pods) <= 3 and len({p["metadata"]["labels"]["kubegang.io/attempt"] for p in pods}) == 1
     assert all(p["status"]["phase"] == "Failed" for p in pods)
+
+
+def test_a_gang_past_its_time_limit_is_failed_whole_and_gives_its_gpus_back(ops: Any) -> None:
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("limit", [(H100, 24)])
+    ops.job("overrun", q, 2, 8, timeLimitSeconds=5)  # a kwok pod runs until it is deleted
+    ops.job("in-time", q, 1, 8, timeLimitSeconds=120, annotations={"kubegang.io/fake-runtime": "3s"})
+    ops.wait_phase("overrun", "Running", timeout=90)
+    status = ops.wait_phase("overrun", "Failed", timeout=60)
+    cond = ops.condition("overrun", "Failed")
+    assert cond is not None and cond["reason"] == "TimeLimitExceeded", status
+    assert "timeLimitSeconds (5s)" in cond["message"], cond
+    ran = (dt.datetime.fromisoformat(status["finishedAt"].replace("Z", "+00:00"))
+           - dt.datetime.fromisoformat(status["startedAt"].replace("Z", "+00:00"))).total_seconds()
+    assert 5 <= ran <= 30, status  # not before the limit, and not long after it
+    assert status.get("restarts", 0) == 0, status  # no restart: it would only run out of time again
+    ops.cluster.wait_for("the overrun gang's pods to be deleted", lambda: ops.pods("overrun") == [],
+                         timeout=30, interval=1)
+    assert ops.wait_phase("in-time", "Succeeded", timeout=90)["phase"] == "Succeeded"
+    # Its 16 GPUs are the queue's again: a gang of the whole queue runs.
+    ops.job("after", q, 3, 8)
+    ops.wait_phase("after", "Running", timeout=90)
 
 
 # -- 6. larger than the queue can ever hold -------------------------------------------------------

@@ -15,7 +15,7 @@ from kubegang.operator._metrics_server import start_metrics
 from kubegang.operator._run import run
 from kubegang.operator._settings import OperatorSettings
 from kubegang.operator._standby import LostLeadership
-from kubegang.quota import DEFAULT_RESERVE_AFTER_SECONDS
+from kubegang.quota import DEFAULT_PLANNED_RESERVE_AFTER_SECONDS, DEFAULT_RESERVE_AFTER_SECONDS
 
 
 def _on_off(value: str) -> bool:
@@ -94,6 +94,15 @@ def parser() -> argparse.ArgumentParser:
         help="a queue head blocked this long reserves the nodes it needs, and later jobs are placed around "
         f"them (Slurm's EASY backfill); negative: never (default: {DEFAULT_RESERVE_AFTER_SECONDS:.0f}, 48 h)",
     )
+    p.add_argument(
+        "--backfill-planned-reserve-after",
+        type=float,
+        default=DEFAULT_PLANNED_RESERVE_AFTER_SECONDS,
+        metavar="SECONDS",
+        help="the same for a head whose latest start the gangs' timeLimitSeconds give (jobs that end before it "
+        "may use its nodes meanwhile); negative: as --backfill-reserve-after "
+        f"(default: {DEFAULT_PLANNED_RESERVE_AFTER_SECONDS:.0f}, at once)",
+    )
     p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     return p
 
@@ -122,6 +131,8 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         creation_concurrency=args.creation_concurrency,
         shared_gpu_resource=args.shared_gpu_resource or None,
         backfill_reserve_after_seconds=None if args.backfill_reserve_after < 0 else args.backfill_reserve_after,
+        backfill_planned_reserve_after_seconds=(
+            None if args.backfill_planned_reserve_after < 0 else args.backfill_planned_reserve_after),
         **extra,
     )
 

@@ -65,7 +65,8 @@ class PlacementPort(Protocol):
         """Re-place (and hold) the slots of admitted ``job`` whose GPUs pods kubegang did not place took."""
         ...
 
-    async def what_if(self, job: JobView, candidates: Sequence[JobView]) -> WhatIfAnswer:
+    async def what_if(self, job: JobView, candidates: Sequence[JobView], *,
+                      excluded_nodes: frozenset[str] = frozenset()) -> WhatIfAnswer:
         """The smallest set of ``candidates`` whose eviction makes ``job`` placeable (``()`` when it is
         placeable already; None when evicting all of them would not be enough), and where it would go."""
         ...

@@ -78,7 +78,9 @@ async def run(settings: OperatorSettings) -> None:
         kube,
         master_port=settings.master_port,
         shared_gpu_resource=settings.shared_gpu_resource,
-        settings=CycleSettings(backfill=BackfillPolicy(reserve_after_seconds=settings.backfill_reserve_after_seconds)),
+        settings=CycleSettings(backfill=BackfillPolicy(
+            reserve_after_seconds=settings.backfill_reserve_after_seconds,
+            planned_reserve_after_seconds=settings.backfill_planned_reserve_after_seconds)),
         creation_concurrency=settings.creation_concurrency,
     )
     elector: LeaderElector | AlwaysLeader

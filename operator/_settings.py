@@ -6,7 +6,7 @@ import dataclasses
 import socket
 from pathlib import Path
 
-from kubegang.quota import DEFAULT_RESERVE_AFTER_SECONDS
+from kubegang.quota import DEFAULT_PLANNED_RESERVE_AFTER_SECONDS, DEFAULT_RESERVE_AFTER_SECONDS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +72,11 @@ class OperatorSettings:
     the GPUs it drains, and on the tuning seeds shorter delays cost allocation and lengthened even the
     largest gangs' waits (docs/benchmarks-analysis.md); a queue that wants a bounded worst case sets
     its own ``backfill.reserveAfterSeconds`` (docs/quota.md, "Backfill")."""
+    backfill_planned_reserve_after_seconds: float | None = DEFAULT_PLANNED_RESERVE_AFTER_SECONDS
+    """The same for a head whose latest start the time limits give (every gang it would wait for has
+    ``timeLimitSeconds``): it reserves after this long (the core's default: at once, as Slurm), and jobs
+    that end before it may still use its nodes. None: ``backfill_reserve_after_seconds`` for it too. A
+    queue's own ``backfill.reserveAfterSeconds`` is the one threshold of its jobs."""
     master_port: int = 29500
     """MASTER_PORT for torchrun gangs (and the headless Service's port)."""
     resync_seconds: float = 5.0

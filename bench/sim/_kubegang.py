@@ -262,7 +262,7 @@ class KubegangPolicy:
                 return Verdict(False, str(exc))
             return Verdict(True)
         if isinstance(effect, WhatIf):
-            return self._what_if(effect.job, effect.candidates)
+            return self._what_if(effect.job, effect.candidates, effect.excluded_nodes)
         if isinstance(effect, Release):
             if self.snapshot.allocations_of(effect.job.uid):
                 self.snapshot.release(effect.job.uid)
@@ -280,11 +280,12 @@ class KubegangPolicy:
             return None
         raise TypeError(f"unknown effect {effect!r}")
 
-    def _what_if(self, job: _SimJob, candidates: Sequence[_SimJob]) -> WhatIfAnswer:
+    def _what_if(self, job: _SimJob, candidates: Sequence[_SimJob], excluded: frozenset[str]) -> WhatIfAnswer:
         # Earlier in the cycle's list = preferred victim: the planner prefers lower priority, then the
         # most recently started, so the list position becomes the priority.
         offered = [preemption.Candidate(c.uid, priority=i, start_time=0.0) for i, c in enumerate(candidates)]
-        found = preemption.plan_preemption(gang_request(job.job), self.snapshot, offered)
+        gang = dataclasses.replace(gang_request(job.job), excluded_nodes=excluded)
+        found = preemption.plan_preemption(gang, self.snapshot, offered)
         if found is None:
             return WhatIfAnswer(None)
         return WhatIfAnswer(found.victims, frozenset(found.placement.nodes))

@@ -56,6 +56,20 @@ IDEAS: dict[str, Callable[[], Policy]] = {
         backfill=BackfillPolicy(planned_reserve_after_seconds=4 * HOUR)),
     "limits, 3 reservations at once": lambda: KubegangPolicy(
         backfill=BackfillPolicy(planned_reserve_after_seconds=0.0, max_reservations=3)),
+    "limits, re-planned, reserve at once": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=0.0, replan=True)),
+    "limits, re-planned, reserve after 1 h": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=HOUR, replan=True)),
+    "limits, re-planned, 2 reservations at once": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=0.0, replan=True, max_reservations=2)),
+    "limits, re-planned, reserve after 4 h": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=4 * HOUR, replan=True)),
+    "limits, re-planned, 3 reservations after 4 h": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=4 * HOUR, replan=True, max_reservations=3)),
+    "limits, reserve after 2 h": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=2 * HOUR)),
+    "limits, reserve after 8 h": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=8 * HOUR)),
     "limits, 5 reservations at once": lambda: KubegangPolicy(
         backfill=BackfillPolicy(planned_reserve_after_seconds=0.0, max_reservations=5)),
 }
@@ -102,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--philly-seeds", type=int, default=5)
     parser.add_argument("--ideas", nargs="*", default=list(IDEAS), choices=list(IDEAS))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--shape", default="gb200-nvl72", help="cluster shape (hack/shapes/)")
     args = parser.parse_args(argv)
-    rows = [("gb200-nvl72", "kalos", args.kalos_seeds), ("gb200-nvl72", "philly", args.philly_seeds)]
+    rows = [(args.shape, "kalos", args.kalos_seeds), (args.shape, "philly", args.philly_seeds)]
     start = time.perf_counter()
     text = render(run([r for r in rows if r[2] > 0], args.jobs, args.ideas))
     text += f"\n{time.perf_counter() - start:.0f} s; differences are the row's policy minus kubegang, paired by seed.\n"

@@ -121,9 +121,16 @@ class AdmissionCycle(Generic[J, P]):
         self._admitted_uid: str | None = None
         """The job the current attempt admitted (an error after that must not give its quota back)."""
         self._overlaps = 0
-        """Reservations refused in this cycle because their nodes overlapped a holder's: after
-        ``max_reservations`` of them no other blocked job asks (each ``WhatIf`` is a preemption search,
-        and with several held most blocked jobs would want the same free nodes)."""
+        """Reservations refused in this cycle because their nodes overlapped a holder's, or planned by
+        time limits and not found: after ``max_reservations`` of them no other blocked job asks (each
+        ``WhatIf`` is a preemption search, and with several held most blocked jobs would want the same
+        free nodes)."""
+        self._running_memo: tuple[list[J], dict[str, float | None]] | None = None
+        """This cycle's running gangs and their ends (``QuotaPort.ends_at``), until one is admitted or
+        evicted: every blocked head would otherwise ask for all of them."""
+        self._planned_with: dict[str, frozenset[str]] = {}
+        """Holder UID -> the running gangs when its reservation was planned: it is planned again only
+        once one of them has gone (ended early, evicted), the one thing that can move it earlier."""
 
     # -- state the driver keeps current ---------------------------------------------------------
     def tree_changed(self) -> None:
@@ -134,6 +141,7 @@ class AdmissionCycle(Generic[J, P]):
         """``uid`` left the queue (deleted, suspended): drop everything kept for it."""
         self._never.pop(uid, None)
         self._retry_at.pop(uid, None)
+        self._planned_with.pop(uid, None)
         self._preempting.pop(uid, None)
         self._claims.pop(uid, None)
         self.backfill.forget(uid)
@@ -147,6 +155,7 @@ class AdmissionCycle(Generic[J, P]):
         """One cycle over ``pending``; ``holds_pods(uid)``: whether that gang still has pods (victims)."""
         now = self.clock()
         self._overlaps = 0
+        self._running_memo = None
         self._claims = {uid: claim for uid, claim in self._claims.items() if claim[1] > now}
         # (1) Candidates.
         candidates = [job for job in pending
@@ -243,8 +252,8 @@ class AdmissionCycle(Generic[J, P]):
         fitting = [option for option, verdict in possible if verdict.ok]
         if not fitting:
             first, verdict = possible[0]
-            entry = yield from self._preempt_or_queue(
-                first, WaitReason.QUOTA_EXHAUSTED, f"waiting for quota in queue {job.queue}: {verdict.reason}")
+            waiting = f"waiting for quota in queue {job.queue}: {verdict.reason}"
+            entry = yield from self._preempt_or_queue(first, WaitReason.QUOTA_EXHAUSTED, waiting, excluded)
             return (yield from self._blocked(first, entry, now))
 
         # (4) Placement: the first flavour that places the whole gang.
@@ -261,7 +270,7 @@ class AdmissionCycle(Generic[J, P]):
                 return self._entry(job, AdmitResult.UNSCHEDULABLE, WaitReason.EXCEEDS_CLUSTER, refusals[0].reason)
             first_refusal = next(answer.reason for answer in refusals if not answer.never)
             entry = yield from self._preempt_or_queue(
-                fitting[0], WaitReason.INSUFFICIENT_GPUS, f"waiting for GPUs: {first_refusal}")
+                fitting[0], WaitReason.INSUFFICIENT_GPUS, f"waiting for GPUs: {first_refusal}", excluded)
             return (yield from self._blocked(fitting[0], entry, now))
         option, placement = chosen
         taken = self.quota.admit(option)
@@ -275,7 +284,9 @@ class AdmissionCycle(Generic[J, P]):
                                f"waiting for GPUs: {reserved.reason}")
         self._admitted_uid = option.uid
         yield Admit(option, placement)
+        self._running_memo = None
         self.backfill.forget(option.uid)
+        self._planned_with.pop(option.uid, None)
         self._claims.pop(option.uid, None)
         return Entry(option, AdmitResult.ADMITTED, message=f"admitted to queue {job.queue}", placement=placement)
 
@@ -287,22 +298,25 @@ class AdmissionCycle(Generic[J, P]):
                 out |= nodes
         return frozenset(out)
 
-    def _preempt_or_queue(self, job: J, reason: WaitReason, message: str) -> _Step[J, P]:
-        victims, nodes = yield from self._choose_victims(job)
+    def _preempt_or_queue(self, job: J, reason: WaitReason, message: str, excluded: frozenset[str]) -> _Step[J, P]:
+        victims, nodes = yield from self._choose_victims(job, excluded)
         if not victims:
             return self._entry(job, AdmitResult.QUEUED, reason, message)
         for victim, why in victims:
             yield Evict(victim, job, why)
+        self._running_memo = None
         self._preempting[job.uid] = frozenset(victim.uid for victim, _ in victims)
         self._claims[job.uid] = (nodes, self.clock() + CLAIM_SECONDS)
         names = ", ".join(victim.key for victim, _ in victims)
         return Entry(job, AdmitResult.PREEMPTING, WaitReason.PREEMPTING, f"{message}; preempting {names}",
                      victims=tuple(victim for victim, _ in victims))
 
-    def _choose_victims(self, job: J) -> Generator[Effect[J, P], Any, tuple[list[tuple[J, str]], frozenset[str]]]:
+    def _choose_victims(self, job: J, excluded: frozenset[str]
+                        ) -> Generator[Effect[J, P], Any, tuple[list[tuple[J, str]], frozenset[str]]]:
         """The one victim chooser: whole gangs, among what policy allows, the fewest that let ``job``
-        both fit its quota and be placed, and the nodes it would be placed on; no victims when no such
-        set exists (nobody is evicted then)."""
+        both fit its quota and be placed off ``excluded`` (its Plan's exclusions: room freed on nodes
+        reserved for another job would not let it run), and the nodes it would be placed on; no victims
+        when no such set exists (nobody is evicted then)."""
         none: tuple[list[tuple[J, str]], frozenset[str]] = ([], frozenset())
         candidates = self.quota.preemption_candidates(job)
         if not candidates:
@@ -313,7 +327,7 @@ class AdmissionCycle(Generic[J, P]):
             return none
         # Those go anyway, so the placement port is asked with them first in line.
         order = for_quota + [uid for uid in by_uid if uid not in for_quota]
-        answer: WhatIfAnswer = yield WhatIf(job, tuple(by_uid[uid].job for uid in order))
+        answer: WhatIfAnswer = yield WhatIf(job, tuple(by_uid[uid].job for uid in order), excluded)
         if answer.victims is None:
             return none  # not placeable even with every candidate gone
         unknown = [uid for uid in answer.victims if uid not in by_uid]
@@ -339,14 +353,25 @@ class AdmissionCycle(Generic[J, P]):
                 found = yield from self._reservation_nodes(job, now, planned_only=False)
             elif self.backfill.could_plan_sooner(job.uid, now, after=after):
                 found = yield from self._reservation_nodes(job, now, planned_only=True)
+                # Each try is a few WhatIf searches: after max_reservations fruitless ones per cycle no
+                # other blocked job tries (the next cycle does).
+                self._overlaps += found is None
             # Reservations stay disjoint: two holders each excluded from the other's nodes would wait
             # for each other for ever.
             overlaps = found is not None and bool(found[0] & self.backfill.excluded_for(job.uid))
             self._overlaps += overlaps
             if found is not None and found[0] and not overlaps:
                 self.backfill.reserve(job.uid, found[0], starts_by=found[1])
+                self._planned_with[job.uid] = self._running_now()
                 held = self.backfill.held(job.uid)
                 log.info("%s reserves %d nodes for backfill after waiting", job.key, len(found[0]))
+        elif held is not None and held.starts_by is not None and self.backfill.policy.replan \
+                and self._planned_with.get(job.uid, frozenset()) - self._running_now():
+            again = yield from self._reservation_nodes(job, now, planned_only=True)
+            self._planned_with[job.uid] = self._running_now()
+            if again is not None and again[0] and not again[0] & self.backfill.excluded_for(job.uid):
+                self.backfill.reserve(job.uid, again[0], starts_by=again[1])
+                held = self.backfill.held(job.uid)
         if held is None:
             return entry
         if held.starts_by is None:
@@ -358,6 +383,15 @@ class AdmissionCycle(Generic[J, P]):
                        "if their timeLimitSeconds ends sooner")
         return dataclasses.replace(entry, message=message, reservation=held.nodes)
 
+    def _running_ends(self) -> tuple[list[J], dict[str, float | None]]:
+        if self._running_memo is None:
+            running = self.quota.running()
+            self._running_memo = running, {r.uid: self.quota.ends_at(r) for r in running}
+        return self._running_memo
+
+    def _running_now(self) -> frozenset[str]:
+        return frozenset(r.uid for r in self._running_ends()[0])
+
     def _reservation_nodes(self, job: J, now: float, *, planned_only: bool
                            ) -> Generator[Effect[J, P], Any, tuple[frozenset[str], float | None] | None]:
         """The nodes ``job`` would reserve and its latest start on them (None: not known).
@@ -367,16 +401,18 @@ class AdmissionCycle(Generic[J, P]):
         among them, so it can start once the last of those ends); otherwise, or when it needs a gang
         without a limit gone, the fewest running gangs' nodes (``WhatIf`` over all of them), start
         unknown. ``planned_only``: only a reservation whose start is known (None otherwise)."""
-        running = [r for r in self.quota.running() if r.uid != job.uid]
-        ends = {r.uid: self.quota.ends_at(r) for r in running}
+        every, ends = self._running_ends()
+        running = [r for r in every if r.uid != job.uid]
+        # Off other holders' and claimants' nodes, so several reservations can be found disjoint.
+        excluded = job.excluded_nodes | self.backfill.excluded_for(job.uid) | self._claimed_by_others(job.uid)
         limited = sorted((r for r in running if ends[r.uid] is not None), key=lambda r: ends[r.uid] or 0.0)
         if limited:
-            best: WhatIfAnswer = yield WhatIf(job, tuple(limited))
+            best: WhatIfAnswer = yield WhatIf(job, tuple(limited), excluded)
             if best.victims is not None:
                 low, high = 0, len(limited)  # the shortest prefix that lets it run: in (low - 1, high]
                 while low < high:
                     middle = (low + high) // 2
-                    answer: WhatIfAnswer = yield WhatIf(job, tuple(limited[:middle]))
+                    answer: WhatIfAnswer = yield WhatIf(job, tuple(limited[:middle]), excluded)
                     if answer.victims is not None:
                         best, high = answer, middle
                     else:
@@ -387,7 +423,7 @@ class AdmissionCycle(Generic[J, P]):
         if planned_only:
             return None
         unlimited = [r for r in running if ends[r.uid] is None]
-        anyone: WhatIfAnswer = yield WhatIf(job, tuple(limited + unlimited))
+        anyone: WhatIfAnswer = yield WhatIf(job, tuple(limited + unlimited), excluded)
         return (anyone.nodes, None) if anyone.victims is not None and anyone.nodes else None
 
     # -- outcomes ------------------------------------------------------------------------------

@@ -191,6 +191,9 @@ class WhatIf(Generic[J]):
 
     job: J
     candidates: tuple[J, ...]
+    excluded_nodes: frozenset[str] = frozenset()
+    """Nodes it may not be placed on (as ``Plan``'s: reserved or claimed for others): room freed there
+    would not let it run."""
 
 
 @dataclasses.dataclass(frozen=True)

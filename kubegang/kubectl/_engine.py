@@ -258,7 +258,7 @@ class Engine:
             if isinstance(effect, Reserve):
                 return await port.reserve(effect.job, effect.placement)
             if isinstance(effect, WhatIf):
-                return await port.what_if(effect.job, effect.candidates)
+                return await port.what_if(effect.job, effect.candidates, excluded_nodes=effect.excluded_nodes)
             if isinstance(effect, Release):
                 await port.release(effect.job.uid)
                 return None

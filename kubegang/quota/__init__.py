@@ -8,6 +8,7 @@ Semantics and examples: docs/quota.md.
 """
 
 from kubegang.quota._backfill import (
+    DEFAULT_PLANNED_RESERVE_AFTER_SECONDS,
     DEFAULT_RESERVE_AFTER_SECONDS,
     Backfill,
     BackfillPolicy,
@@ -40,6 +41,7 @@ from kubegang.quota._spec import (
 from kubegang.quota._tree import BindingLimit, FairSharing, LimitKind, QueueStatus, QuotaTree
 
 __all__ = [
+    "DEFAULT_PLANNED_RESERVE_AFTER_SECONDS",
     "DEFAULT_RESERVE_AFTER_SECONDS",
     "Backfill",
     "BackfillPolicy",

@@ -63,6 +63,12 @@ without run times it may wait for the longest job on its nodes: on the sweep (do
 0.6 (within seed noise) and still cuts the longest wait by 9-12 h against never reserving."""
 
 
+DEFAULT_PLANNED_RESERVE_AFTER_SECONDS = 0.0
+"""A blocked job whose latest start the time limits give reserves at once, as Slurm's backfill does:
+jobs that end before it fill its nodes meanwhile, so the reservation idles little (measured on the
+tuning seeds: docs/benchmarks-analysis.md, "Time limits")."""
+
+
 @dataclass(frozen=True)
 class BackfillPolicy:
     """How the admission cycle treats heads that fit in quota but not on the GPUs."""
@@ -74,7 +80,11 @@ class BackfillPolicy:
     big gangs may starve). Only used with ``BestEffortFIFO``."""
     max_reservations: int = 1
     """Reservations held at once (EASY backfill holds one)."""
-    planned_reserve_after_seconds: float | None = None
+    replan: bool = True
+    """Whether a reservation whose start the time limits give is planned again every cycle (Slurm
+    re-plans every backfill pass): gangs end before their limits, so the nodes that free first and
+    the latest start move earlier."""
+    planned_reserve_after_seconds: float | None = DEFAULT_PLANNED_RESERVE_AFTER_SECONDS
     """Seconds a job may stay blocked before it reserves when every gang it would wait for has a time
     limit, so its latest start is known and jobs that end before it may use its nodes meanwhile; None:
     ``reserve_after_seconds`` for those too."""

@@ -58,6 +58,7 @@ class _DisjointReservations(Wrapped):
         super().__init__(inner)
         self.policy = inner
         self.most_held = 0
+        """Most "big-*" gangs holding a reservation at once (small ones may hold disjoint nodes too)."""
 
     def schedule(self, now: float) -> Step:
         step = self.inner.schedule(now)
@@ -67,7 +68,9 @@ class _DisjointReservations(Wrapped):
         for nodes in held:
             assert not nodes & seen, f"at {now}: nodes {sorted(nodes & seen)} reserved twice"
             seen |= nodes
-        self.most_held = max(self.most_held, len(held))
+        bigs = [uid for uid in self.policy.waiting_jobs
+                if uid.startswith("big") and self.policy.cycle.reservation(uid) is not None]
+        self.most_held = max(self.most_held, len(bigs))
         return step
 
 
@@ -119,3 +122,21 @@ def test_without_time_limits_the_planned_reservation_is_never_taken() -> None:
     assert result.started["slow"] == 2.0 + HOUR
     assert result.started["big"] >= 3 * HOUR
     assert result.metrics.completed == 6
+
+
+def _replan_run(replan: bool) -> RunResult:
+    # 4 nodes: "a" (limit 10 h) ends after 1 h, "b" runs its 2 h, "c" its 3 h; "big" needs three and
+    # reserves the free node, b's and c's (start by 3 h). Once a ends early, the nodes that free first
+    # are the free one, a's and b's (start by 2 h). "mid" (limit 2.5 h) arrives at 1.5 h: on a's node
+    # it would keep big waiting for c.
+    cluster = load_cluster("superpod-h100", limit=4)
+    jobs = [_limited("a", 0.0, 1, HOUR, 10 * HOUR), _limited("b", 0.0, 1, 2 * HOUR, 2 * HOUR),
+            _limited("c", 0.0, 1, 3 * HOUR, 3 * HOUR), _limited("big", 1.0, 3, HOUR, HOUR),
+            _limited("mid", 1.5 * HOUR, 1, 2.5 * HOUR, 2.5 * HOUR)]
+    policy = BackfillPolicy(reserve_after_seconds=None, planned_reserve_after_seconds=0.0, replan=replan)
+    return simulate(KubegangPolicy(backfill=policy), cluster, jobs, horizon=100 * HOUR)
+
+
+def test_a_reservation_is_planned_again_when_a_gang_ends_before_its_limit() -> None:
+    assert _replan_run(replan=True).started["big"] == 2 * HOUR
+    assert _replan_run(replan=False).started["big"] == 3 * HOUR  # mid took a's node meanwhile

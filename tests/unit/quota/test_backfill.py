@@ -91,7 +91,32 @@ def test_the_strategy_may_be_given_by_its_api_name() -> None:
     ({"reserve_after_seconds": math.nan}, "BackfillPolicy.reserve_after_seconds: nan must be"),
     ({"max_reservations": -1}, "BackfillPolicy.max_reservations: -1 must be an integer >= 0"),
     ({"max_reservations": 1.5}, "BackfillPolicy.max_reservations: 1.5 must be an integer >= 0"),
+    ({"planned_reserve_after_seconds": -5}, "BackfillPolicy.planned_reserve_after_seconds: -5 must be"),
 ])
 def test_bad_settings_name_the_field_and_what_is_allowed(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message.replace(".", r"\.")):
         BackfillPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_job_that_ends_before_a_reservation_starts_may_use_its_nodes_and_one_without_a_limit_may_not() -> None:
+    backfill = Backfill(BackfillPolicy(reserve_after_seconds=None, planned_reserve_after_seconds=0.0))
+    backfill.reserve("big", {"n1", "n2"}, starts_by=1000.0)
+    assert backfill.excluded_for("quick", ends_by=900.0) == frozenset()
+    assert backfill.excluded_for("edge", ends_by=1000.0) == frozenset()
+    assert backfill.excluded_for("slow", ends_by=1000.5) == {"n1", "n2"}
+    assert backfill.excluded_for("unlimited") == {"n1", "n2"}
+    assert backfill.excluded_for("big") == frozenset()
+    # Start unknown (a gang on its nodes has no limit): nobody may use them.
+    backfill.forget("big")
+    backfill.reserve("big", {"n1"})
+    assert backfill.excluded_for("quick", ends_by=1.0) == {"n1"}
+
+
+def test_a_planned_reservation_may_be_due_sooner_than_a_plain_one() -> None:
+    backfill = Backfill(BackfillPolicy(reserve_after_seconds=3600.0, planned_reserve_after_seconds=60.0))
+    backfill.blocked("big", 0.0)
+    assert not backfill.could_plan_sooner("big", 59.0)
+    assert backfill.could_plan_sooner("big", 60.0) and not backfill.reservation_due("big", 60.0)
+    assert backfill.reservation_due("big", 3600.0) and not backfill.could_plan_sooner("big", 3600.0)
+    # A queue's own threshold is one threshold for both.
+    assert not backfill.could_plan_sooner("big", 60.0, after=600.0)

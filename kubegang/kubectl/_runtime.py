@@ -1,12 +1,13 @@
 """How long a running gang will run, where that is known: the estimate's only input of its own.
 
-kubegang schedules without run times (backfill reserves nodes rather than trusting estimates), so
+kubegang schedules by time limits only where GPUJobs give them (``timeLimitSeconds``), so
 ``kubectl gang why`` only estimates a start where a run time is stated or observed, and says which:
 
 1. ``kubegang.io/fake-runtime`` on the pod template: the demo's and the tests' fake pods run exactly
    that long (hack/kwok/kubegang-stages.yaml);
-2. the template's ``activeDeadlineSeconds``: kubelet ends the pods by then (an upper bound);
-3. the queue's recent history: the median run time (``finishedAt - startedAt``) of the jobs of the same
+2. the GPUJob's ``timeLimitSeconds``: the operator ends the gang by then (an upper bound);
+3. the template's ``activeDeadlineSeconds``: kubelet ends the pods by then (an upper bound);
+4. the queue's recent history: the median run time (``finishedAt - startedAt``) of the jobs of the same
    queue that succeeded, among those the user may see.
 """
 
@@ -22,6 +23,7 @@ from kubegang.operator._job import JobView
 FAKE_RUNTIME_ANNOTATION = "kubegang.io/fake-runtime"
 """The demo's and the tests' fake pods run this long (hack/kwok/kubegang-stages.yaml)."""
 ACTIVE_DEADLINE = "activeDeadlineSeconds"
+TIME_LIMIT = "timeLimitSeconds"
 HISTORY = "the queue's history"
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
@@ -58,6 +60,8 @@ class RunTimes:
         fake = seconds(str(annotations.get(FAKE_RUNTIME_ANNOTATION, "")))
         if fake is not None:
             return float(fake), FAKE_RUNTIME_ANNOTATION
+        if job.time_limit is not None:
+            return job.time_limit, TIME_LIMIT
         deadline = (job.template.get("spec") or {}).get(ACTIVE_DEADLINE)
         if isinstance(deadline, int) and not isinstance(deadline, bool):
             return float(deadline), ACTIVE_DEADLINE

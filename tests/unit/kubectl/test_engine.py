@@ -62,6 +62,14 @@ def test_the_fake_runtime_annotation_is_a_known_run_time() -> None:
     assert "kubegang.io/fake-runtime" in report["estimate"]["basis"]
 
 
+def test_a_time_limit_is_a_known_latest_end() -> None:
+    running = job("run", "a", "team-a", 2, phase="Running", reason="Running", on=["n0", "n1"])
+    running["spec"]["timeLimitSeconds"] = 1800
+    report = _why(cluster(running, job("first", "a", "team-a", 3)), "first")
+    assert report["estimate"]["at"].startswith("2026-12-01T10:30:00")
+    assert "timeLimitSeconds" in report["estimate"]["basis"]
+
+
 def test_placement_blocked_job_names_the_best_domain_and_what_it_lacks() -> None:
     qs = [queue("big", 64)]
     running = job("run", "a", "big", 3, phase="Running", reason="Running", on=["n0", "n1", "n2"])

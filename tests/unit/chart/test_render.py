@@ -89,6 +89,15 @@ def test_components_can_be_turned_off(render: Render) -> None:
     assert not [o for o in objects if "scheduler" in o["metadata"]["name"]]
 
 
+def test_operator_backfill_thresholds_follow_values(render: Render) -> None:
+    defaults = _containers(render().one("Deployment", "-operator"))[0]["args"]
+    assert "--backfill-reserve-after=172800" in defaults and "--backfill-planned-reserve-after=0" in defaults
+    operator = render("operator.backfillReserveAfterSeconds=3600",
+                      "operator.backfillPlannedReserveAfterSeconds=-1").one("Deployment", "-operator")
+    args = _containers(operator)[0]["args"]
+    assert "--backfill-reserve-after=3600" in args and "--backfill-planned-reserve-after=-1" in args
+
+
 def test_agent_runtime_class_and_labels_switch(render: Render) -> None:
     agent = render("agent.runtimeClassName=nvidia", "agent.nvidiaLabels=false").one("DaemonSet", "-agent")
     assert agent["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"
@@ -101,6 +110,7 @@ def test_agent_runtime_class_and_labels_switch(render: Render) -> None:
     ("agent.admissionPolicy.strict=true", "at '/agent/admissionPolicy': additional properties 'strict'"),
     ("operator.resources.limit.cpu=1", "at '/operator/resources': additional properties 'limit'"),
     ("extender.replicas=2", "at '/extender/replicas'"),
+    ("operator.backfillReserveAfterSeconds=soon", "at '/operator/backfillReserveAfterSeconds'"),
     ("extender.topologyPreset=azure", "at '/extender/topologyPreset'"),
 ])
 def test_schema_refuses_bad_values(run_helm: HelmRun, chart_dir: Path, setting: str, path: str) -> None:

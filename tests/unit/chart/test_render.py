@@ -98,6 +98,15 @@ def test_operator_backfill_thresholds_follow_values(render: Render) -> None:
     assert "--backfill-reserve-after=3600" in args and "--backfill-planned-reserve-after=-1" in args
 
 
+def test_the_operator_accepts_every_flag_the_chart_passes(render: Render) -> None:
+    from kubegang.operator.__main__ import parser, settings_from_args
+
+    args = _containers(render().one("Deployment", "-operator"))[0]["args"]
+    settings = settings_from_args(parser().parse_args([a.replace("$(POD_NAME)", "pod-0") for a in args]))
+    assert settings.backfill_reserve_after_seconds == 172800
+    assert settings.backfill_planned_reserve_after_seconds == 0
+
+
 def test_agent_runtime_class_and_labels_switch(render: Render) -> None:
     agent = render("agent.runtimeClassName=nvidia", "agent.nvidiaLabels=false").one("DaemonSet", "-agent")
     assert agent["spec"]["template"]["spec"]["runtimeClassName"] == "nvidia"

@@ -418,6 +418,8 @@ class AdmissionCycle(Generic[J, P]):
                     else:
                         low = middle + 1
                 victims = best.victims or ()
+                if planned_only and not victims:
+                    return None  # it fits on the GPUs now: quota holds it, and nodes kept idle would not help
                 starts_by = max((ends[uid] or now for uid in victims), default=now)
                 return (best.nodes, starts_by) if best.nodes else None
         if planned_only:

@@ -226,3 +226,23 @@ async def test_an_admission_is_one_status_write_and_no_event(job_body: Any, make
     assert [e for e in w.kube.events if e[0] == job.key] == []
     admitted = next(c for c in w.last_status(job.key)["conditions"] if c["type"] == "Admitted")
     assert admitted["message"] == "admitted to queue team-a on 2 nodes in leaf-0; creating 2 pods"
+
+
+async def test_a_job_held_by_its_quota_reserves_no_nodes_others_could_use(job_body: Any, make_world: Any) -> None:
+    # team-a's 16 GPUs are taken by "run" (a time limit, so a reservation's start would be known);
+    # "next" waits for team-a's quota, not for GPUs: 16 are free. Reserving them would keep "other"
+    # (team-b, no limit) off them for nothing.
+    w = make_world({"team-a": 16, "team-b": 16}, {f"n{i}": 8 for i in range(4)})
+    w.submit(job_body("run", replicas=2, gpus=8, timeLimitSeconds=600))
+    await w.cycle()
+    w.echo_pods("Running")
+    await w.supervise(w.cache.job("uid-run"))
+    assert w.last_status("team-a/run")["phase"] == "Running"
+    w.submit(job_body("next", replicas=1, gpus=8, timeLimitSeconds=600, created="2025-01-01T00:00:01Z"))
+    outcomes = await w.cycle()
+    assert [(o.job, o.result) for o in outcomes] == [("team-a/next", "Queued")]
+    assert w.admission.cycle.reservation("uid-next") is None
+    w.submit(job_body("other", namespace="team-b", queue="team-b", replicas=2, gpus=8,
+                      created="2025-01-01T00:00:02Z"))
+    outcomes = await w.cycle()
+    assert ("team-b/other", "Admitted") in [(o.job, o.result) for o in outcomes]

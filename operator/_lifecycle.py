@@ -231,8 +231,9 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
             )
         return Decision(Action.PROGRESS, ready=ready, running=all_running, stale_pods=stale, recheck_after=left)
 
-    limit, started = job.spec.time_limit_seconds, job.started_at
-    if limit is not None and started is not None and phase is Phase.RUNNING:
+    limit = job.spec.time_limit_seconds
+    started = job.started_at if limit is not None and phase is Phase.RUNNING else None
+    if limit is not None and started is not None:
         left = (started - now).total_seconds() + limit
         if left <= 0:
             return Decision(

@@ -170,16 +170,20 @@ class JobView:
         limit = self.spec.time_limit_seconds
         return float(limit) if limit is not None else None
 
-    @property
-    def started_at(self) -> dt.datetime | None:
-        """status.startedAt: when every replica of the current attempt was last seen Running."""
-        raw = self.status.get("startedAt")
+    def status_time(self, field: str) -> dt.datetime | None:
+        """A timestamp of the status (``admittedAt``, ``startedAt``, ...); None when absent or malformed."""
+        raw = self.status.get(field)
         if not isinstance(raw, str):
             return None
         try:
             return parse_rfc3339(raw)
         except ValueError:
             return None
+
+    @property
+    def started_at(self) -> dt.datetime | None:
+        """status.startedAt: when every replica of the current attempt was last seen Running."""
+        return self.status_time("startedAt")
 
     @property
     def placement(self) -> Placement | None:

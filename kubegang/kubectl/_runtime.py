@@ -17,7 +17,6 @@ import datetime as dt
 import statistics
 from collections.abc import Iterable
 
-from kubegang.operator._conditions import parse_rfc3339
 from kubegang.operator._job import JobView
 
 FAKE_RUNTIME_ANNOTATION = "kubegang.io/fake-runtime"
@@ -34,21 +33,13 @@ def seconds(text: str) -> int | None:
     return int(number) * _UNITS[unit] if unit in _UNITS and number.isdigit() else None
 
 
-def _time(job: JobView, field: str) -> dt.datetime | None:
-    value = job.status.get(field)
-    try:
-        return parse_rfc3339(str(value)) if value else None
-    except ValueError:
-        return None
-
-
 class RunTimes:
     """Run times of gangs, from what they state or, failing that, from their queue's finished jobs."""
 
     def __init__(self, jobs: Iterable[JobView]) -> None:
         runs: dict[str, list[float]] = {}
         for job in jobs:
-            started, finished = _time(job, "startedAt"), _time(job, "finishedAt")
+            started, finished = job.status_time("startedAt"), job.status_time("finishedAt")
             if job.phase.value == "Succeeded" and started is not None and finished is not None and finished > started:
                 runs.setdefault(job.queue, []).append((finished - started).total_seconds())
         self.history = {queue: (statistics.median(values), len(values)) for queue, values in runs.items()}
@@ -73,7 +64,7 @@ class RunTimes:
     def expected_end(self, job: JobView) -> dt.datetime | None:
         """When a running gang ends: ``startedAt`` (else ``admittedAt``) + its run time."""
         run_time = self.run_time(job)
-        started = _time(job, "startedAt") or _time(job, "admittedAt")
+        started = job.status_time("startedAt") or job.status_time("admittedAt")
         if run_time is None or started is None:
             return None
         return started + dt.timedelta(seconds=run_time[0])

@@ -81,9 +81,9 @@ class BackfillPolicy:
     max_reservations: int = 1
     """Reservations held at once (EASY backfill holds one)."""
     replan: bool = True
-    """Whether a reservation whose start the time limits give is planned again every cycle (Slurm
-    re-plans every backfill pass): gangs end before their limits, so the nodes that free first and
-    the latest start move earlier."""
+    """Whether a reservation whose start the time limits give is planned again once a gang running
+    when it was planned has gone (Slurm re-plans every backfill pass; nothing else can move it
+    earlier): gangs end before their limits, so the nodes that free first and the latest start move."""
     planned_reserve_after_seconds: float | None = DEFAULT_PLANNED_RESERVE_AFTER_SECONDS
     """Seconds a job may stay blocked before it reserves when every gang it would wait for has a time
     limit, so its latest start is known and jobs that end before it may use its nodes meanwhile; None:

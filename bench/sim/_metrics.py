@@ -100,6 +100,8 @@ class RunMetrics:
     """Share of starts placed at the narrowest level that could hold them on an empty cluster."""
     evictions: int
     restarts: int
+    evicted_gpu_hours: float = 0.0
+    """GPU-hours of work lost to evictions (what evicted gangs had run before they were requeued)."""
     alloc_arrivals: float = 0.0
     """Fraction 0..1: running gangs' GPUs over the cluster's, first to last arrival (common window)."""
     alloc_to_drain: float = 0.0
@@ -147,6 +149,8 @@ class MetricsRecorder:
         self.gangs = 0
         self.evictions = 0
         self.restarts = 0
+        self.lost = 0.0
+        self.run_start: dict[str, float] = {}
         self.running: set[str] = set()
         self._ideal_level: dict[tuple[int, int, str | None], Level | None] = {}
         self.series: list[tuple[float, dict[str, int]]] = []
@@ -175,6 +179,7 @@ class MetricsRecorder:
         else:
             self.first_start[job_id] = now
         self.running.add(job_id)
+        self.run_start[job_id] = now
         self.busy += job.gpus
         self._judge_span(job)
 
@@ -187,6 +192,7 @@ class MetricsRecorder:
         if job_id in self.running:
             self.running.discard(job_id)
             self.busy -= self.jobs[job_id].gpus
+            self.lost += self.jobs[job_id].gpus * max(0.0, self.t - self.run_start.get(job_id, self.t))
         self.evictions += 1
 
     def sample(self, now: float) -> None:
@@ -252,6 +258,7 @@ class MetricsRecorder:
             ideal_share=self.ideal / self.gangs if self.gangs else math.nan,
             evictions=self.evictions,
             restarts=self.restarts,
+            evicted_gpu_hours=self.lost / 3600.0,
             alloc_arrivals=self.window_busy / (window * gpus) if window > 0 else 0.0,
             alloc_to_drain=self.useful / (drain * gpus) if drain > 0 else 0.0,
             queue_delay_p99_h=percentile(delays, 99) / 3600.0,

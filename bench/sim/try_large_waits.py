@@ -30,7 +30,7 @@ from kubegang.quota import BackfillPolicy
 HOUR = 3600.0
 FIELDS = (("alloc_arrivals", "alloc (arrivals), points", 100.0), ("queue_delay_p95_h", "p95 delay h", 1.0),
           ("makespan_h", "makespan h", 1.0), ("large_wait_p99_h", "large p99 h", 1.0),
-          ("narrowest_share", "narrowest, points", 100.0))
+          ("narrowest_share", "narrowest, points", 100.0), ("evicted_gpu_hours", "evicted GPU-h", 1.0))
 IDEAS: dict[str, Callable[[], Policy]] = {
     "reserve after 12 h": lambda: KubegangPolicy(backfill=BackfillPolicy(reserve_after_seconds=12 * HOUR)),
     "reserve after 4 h": lambda: KubegangPolicy(backfill=BackfillPolicy(reserve_after_seconds=4 * HOUR)),
@@ -72,6 +72,8 @@ IDEAS: dict[str, Callable[[], Policy]] = {
         backfill=BackfillPolicy(planned_reserve_after_seconds=8 * HOUR)),
     "limits, 5 reservations at once": lambda: KubegangPolicy(
         backfill=BackfillPolicy(planned_reserve_after_seconds=0.0, max_reservations=5)),
+    # Evictable backfill: jobs that fit nowhere else run on the reserved nodes, evicted for the holder.
+    "evictable backfill": lambda: KubegangPolicy(backfill=BackfillPolicy(evictable_backfill=True)),
 }
 
 

@@ -10,8 +10,9 @@ same kinds from ``default`` with a fixed seed, and nothing it builds is committe
 - ``gpushare80``: the same number of tasks; CPU-only tasks kept; GPU tasks resampled with replacement
   so that 80% of them share a GPU (``default``: 44%), each kind drawn uniformly from the trace's
   tasks of that kind.
-- ``gpuspec33``: every task kept; 33% of the GPU tasks (the share the upstream README gives for the
-  production cluster) get a GPU-model constraint: a model drawn in proportion to the cluster's GPUs
+- ``gpuspec33`` (and the lighter ``gpuspec10`` and ``gpuspec20``, built the same way): every
+  task kept; 33% of the GPU tasks (the share the upstream README gives for the production cluster)
+  get a GPU-model constraint: a model drawn in proportion to the cluster's GPUs
   of that model, among the models with a node that could hold the task (GPUs, CPU, memory); a V100
   task accepts both V100 models, as in the README's example ``V100M16|V100M32``.
 
@@ -89,6 +90,8 @@ def gpu_typed(tasks: Sequence[openb.Task], fraction: float, cluster: Cluster, rn
 
 VARIANTS: dict[str, Callable[[Sequence[openb.Task], Cluster], list[openb.Task]]] = {
     "gpushare80": lambda tasks, cluster: gpushare_heavy(tasks, 0.8, random.Random(BUILD_SEED)),
+    "gpuspec10": lambda tasks, cluster: gpu_typed(tasks, 0.10, cluster, random.Random(BUILD_SEED)),
+    "gpuspec20": lambda tasks, cluster: gpu_typed(tasks, 0.20, cluster, random.Random(BUILD_SEED)),
     "gpuspec33": lambda tasks, cluster: gpu_typed(tasks, 0.33, cluster, random.Random(BUILD_SEED)),
 }
 

@@ -72,8 +72,9 @@ IDEAS: dict[str, Callable[[], Policy]] = {
         backfill=BackfillPolicy(planned_reserve_after_seconds=8 * HOUR)),
     "limits, 5 reservations at once": lambda: KubegangPolicy(
         backfill=BackfillPolicy(planned_reserve_after_seconds=0.0, max_reservations=5)),
-    # Evictable backfill: jobs that fit nowhere else run on the reserved nodes, evicted for the holder.
-    "evictable backfill": lambda: KubegangPolicy(backfill=BackfillPolicy(evictable_backfill=True)),
+    # A deeper walk past blocked heads (Slurm's bf_max_job_test is 500; the cycle's default is 64).
+    "max_rounds 256": lambda: KubegangPolicy(max_rounds=256),
+    "max_rounds 500": lambda: KubegangPolicy(max_rounds=500),
 }
 
 

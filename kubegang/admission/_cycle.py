@@ -19,9 +19,7 @@ One cycle, as Kueue's ``schedule()``:
    Unschedulable; not now → preemption, else Queued.
 4. **Placement** — ``Plan`` the whole gang (nodes reserved for another job's backfill excluded),
    flavour by flavour; a pod larger than every node → Unschedulable; no room → preemption, else
-   Queued. With ``evictable_backfill``, a gang that fits nowhere else is placed on reserved nodes as
-   their *tenant*, and a holder whose nodes are held only by tenants evicts them (before step 5).
-   Then take the quota, ``Reserve`` the placement and ``Admit``: the next decision counts both.
+   Queued. Then take the quota, ``Reserve`` the placement and ``Admit``: the next decision counts both.
 5. **Preemption** — one victim chooser: the quota policy offers candidates (least disruptive first);
    quota picks the fewest it needs gone (``kubegang.quota.quota_victims``); the placement port's
    ``WhatIf`` adds what the GPUs still need, among the candidates only; quota confirms the preemptor
@@ -254,10 +252,6 @@ class AdmissionCycle(Generic[J, P]):
         fitting = [option for option, verdict in possible if verdict.ok]
         if not fitting:
             first, verdict = possible[0]
-            if self.backfill.held(job.uid) is not None:
-                reclaimed = yield from self._reclaim(first, excluded)
-                if reclaimed is not None:
-                    return reclaimed
             waiting = f"waiting for quota in queue {job.queue}: {verdict.reason}"
             entry = yield from self._preempt_or_queue(first, WaitReason.QUOTA_EXHAUSTED, waiting, excluded)
             return (yield from self._blocked(first, entry, now))
@@ -271,24 +265,9 @@ class AdmissionCycle(Generic[J, P]):
                 chosen = (option, answer.placement)
                 break
             refusals.append(answer)
-        lodged_with: list[str] = []
-        if chosen is None and not all(answer.never for answer in refusals):
-            # (4b) Evictable backfill: a reservation's nodes, as its tenant, when nothing else holds it.
-            lenders = self.backfill.lenders_to(job.uid, ends_by)
-            if lenders:
-                lodging = job.excluded_nodes | self._claimed_by_others(job.uid)
-                for option in fitting:
-                    answer = yield Plan(option, lodging, job.previous_domain)
-                    if answer.placement is not None:
-                        chosen, lodged_with = (option, answer.placement), lenders
-                        break
         if chosen is None:
             if all(answer.never for answer in refusals):
                 return self._entry(job, AdmitResult.UNSCHEDULABLE, WaitReason.EXCEEDS_CLUSTER, refusals[0].reason)
-            if self.backfill.held(job.uid) is not None:
-                reclaimed = yield from self._reclaim(fitting[0], excluded)
-                if reclaimed is not None:
-                    return reclaimed
             first_refusal = next(answer.reason for answer in refusals if not answer.never)
             entry = yield from self._preempt_or_queue(
                 fitting[0], WaitReason.INSUFFICIENT_GPUS, f"waiting for GPUs: {first_refusal}", excluded)
@@ -307,15 +286,9 @@ class AdmissionCycle(Generic[J, P]):
         yield Admit(option, placement)
         self._running_memo = None
         self.backfill.forget(option.uid)
-        self.backfill.unlodge(option.uid)
-        self.backfill.lodge(option.uid, lodged_with)
         self._planned_with.pop(option.uid, None)
         self._claims.pop(option.uid, None)
-        message = f"admitted to queue {job.queue}"
-        if lodged_with:
-            message += (" onto nodes reserved for another job, as an evictable backfill tenant: it is requeued if "
-                        "that job can start there before it ends")
-        return Entry(option, AdmitResult.ADMITTED, message=message, placement=placement)
+        return Entry(option, AdmitResult.ADMITTED, message=f"admitted to queue {job.queue}", placement=placement)
 
     # (5) Preemption -------------------------------------------------------------------------------
     def _claimed_by_others(self, uid: str) -> frozenset[str]:
@@ -331,37 +304,12 @@ class AdmissionCycle(Generic[J, P]):
             return self._entry(job, AdmitResult.QUEUED, reason, message)
         for victim, why in victims:
             yield Evict(victim, job, why)
-            self.backfill.unlodge(victim.uid)
         self._running_memo = None
         self._preempting[job.uid] = frozenset(victim.uid for victim, _ in victims)
         self._claims[job.uid] = (nodes, self.clock() + CLAIM_SECONDS)
         names = ", ".join(victim.key for victim, _ in victims)
         return Entry(job, AdmitResult.PREEMPTING, WaitReason.PREEMPTING, f"{message}; preempting {names}",
                      victims=tuple(victim for victim, _ in victims))
-
-    def _reclaim(self, job: J, excluded: frozenset[str]) -> Generator[Effect[J, P], Any, Entry[J, P] | None]:
-        """A reservation holder evicts the tenants on its nodes once that alone lets it start (the fewest
-        of them: ``WhatIf`` over its running tenants); None while other gangs still hold what it needs."""
-        running = {r.uid: r for r in self._running_ends()[0]}
-        tenants = tuple(running[uid] for uid in sorted(self.backfill.tenants(job.uid)) if uid in running)
-        if not tenants:
-            return None
-        answer: WhatIfAnswer = yield WhatIf(job, tenants, excluded)
-        if not answer.victims or any(uid not in running for uid in answer.victims):
-            return None
-        if not self.quota.can_admit_without(job, answer.victims).ok:
-            return None  # the tenants' GPUs would not be enough for its quota: they run on
-        victims = [running[uid] for uid in answer.victims]
-        for victim in victims:
-            yield Evict(victim, job, "to start on the nodes reserved for it, where it ran as an evictable "
-                                     "backfill tenant")
-            self.backfill.unlodge(victim.uid)
-        self._running_memo = None
-        self._preempting[job.uid] = frozenset(victim.uid for victim in victims)
-        self._claims[job.uid] = (answer.nodes, self.clock() + CLAIM_SECONDS)
-        names = ", ".join(victim.key for victim in victims)
-        return Entry(job, AdmitResult.PREEMPTING, WaitReason.PREEMPTING,
-                     f"its reserved nodes are free but for backfill tenants; evicting {names}", victims=tuple(victims))
 
     def _choose_victims(self, job: J, excluded: frozenset[str]
                         ) -> Generator[Effect[J, P], Any, tuple[list[tuple[J, str]], frozenset[str]]]:
@@ -457,9 +405,6 @@ class AdmissionCycle(Generic[J, P]):
         running = [r for r in every if r.uid != job.uid]
         # Off other holders' and claimants' nodes, so several reservations can be found disjoint.
         excluded = job.excluded_nodes | self.backfill.excluded_for(job.uid) | self._claimed_by_others(job.uid)
-        # Its own tenants are evicted when it can start (``_reclaim``): it waits for none of them.
-        tenants = self.backfill.tenants(job.uid)
-        ends = {uid: now if uid in tenants else end for uid, end in ends.items()}
         limited = sorted((r for r in running if ends[r.uid] is not None), key=lambda r: ends[r.uid] or 0.0)
         if limited:
             best: WhatIfAnswer = yield WhatIf(job, tuple(limited), excluded)

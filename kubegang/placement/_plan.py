@@ -22,6 +22,7 @@ import dataclasses
 from collections.abc import Iterator
 
 from kubegang.levels import Level
+from kubegang.placement import _exhaustion
 from kubegang.placement._fill import DomainFit, choose_nodes, measure
 from kubegang.placement._fit import (
     flavour_words,
@@ -224,8 +225,9 @@ def _plan_single(gang: GangRequest, snapshot: Snapshot) -> Placement | None:
     """One pod: the node (and GPU) where it grows fragmentation least (FGD, see ``_fragmentation``).
 
     Ties between node states go to best fit; between nodes in one state, to the leaf with the
-    fewest whole free nodes (keep those for gangs), then the lowest node number. None when no
-    node takes the pod (the caller's search then says why).
+    fewest whole free nodes (keep those for gangs), then the lowest node number. A pod that
+    accepts any GPU goes off scarce GPU models when another node takes it (``_exhaustion``). None
+    when no node takes the pod (the caller's search then says why).
     """
     cap = snapshot.capacity.get(gang.flavour)
     if cap is None:
@@ -238,7 +240,16 @@ def _plan_single(gang: GangRequest, snapshot: Snapshot) -> Placement | None:
         return leaf_full[leaf_of[n]], n
 
     index = snapshot.fragmentation
-    for choice, members in index.ranked(TaskShape.of(gang)):
+    shape = TaskShape.of(gang)
+    scarce = _exhaustion.spare_for(gang.flavour, snapshot)
+    if scarce:
+        # First off the GPU models whose free GPUs are short of the demand only they can serve.
+        for choice, members in index.ranked(shape):
+            spare = [n for n in members if not _exhaustion.on_scarce(snapshot, n, scarce)]
+            for n in sorted(spare, key=leaf_first):
+                if node_reason(snapshot, n, gang) is None:
+                    return _single_placement(snapshot, gang, n, choice)
+    for choice, members in index.ranked(shape):
         # The best node alone usually takes the pod: sort the state's nodes only when it does not.
         first = min(members, key=leaf_first)
         if node_reason(snapshot, first, gang) is None:

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable
 
 from kubegang.levels import Level
+from kubegang.placement import _exhaustion
 from kubegang.placement._fit import node_reason
 from kubegang.placement._fragmentation import TaskShape
 from kubegang.placement._request import GangRequest
@@ -71,6 +72,9 @@ def _node_score(pod: GangRequest, shape: TaskShape, snapshot: Snapshot, node: st
         return 0
     frag_term = min(1.0, max(0.0, 0.5 - choice.delta / (2 * total)))
     value = 0.8 * frag_term + 0.2 * leaf_term
-    # Feasible nodes score 1..10 (0 means "cannot"); floor keeps small differences visible.
-    return 1 + min(MAX_SCORE - 1, math.floor((MAX_SCORE - 1) * value + 1e-9))
+    if _exhaustion.on_scarce(snapshot, n, _exhaustion.spare_for(pod.flavour, snapshot)):
+        return 1  # as plan(): a pod that accepts any GPU goes elsewhere when it can (``_exhaustion``)
+    # Feasible nodes score 1..10 (0 means "cannot"), others on scarce models 1 and the rest 2..10;
+    # floor keeps small differences visible.
+    return 2 + min(MAX_SCORE - 2, math.floor((MAX_SCORE - 2) * value + 1e-9))
 

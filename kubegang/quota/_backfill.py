@@ -32,11 +32,6 @@ The rule, Slurm's EASY backfill, with run-time estimates where jobs give a time 
    it is gone before the holder could use them, so it costs the holder nothing and the GPUs do not
    idle while they drain (Slurm's backfill). Such a reservation may be taken sooner
    (``planned_reserve_after_seconds``): it costs little when short jobs fill its window.
-5. **Evictable backfill** (``evictable_backfill``): a job that fits nowhere else may still run on a
-   reservation's nodes although it would not leave them in time. It is the reservation's *tenant*:
-   once the holder could start by evicting tenants alone, they are evicted (whole, requeued) and the
-   holder starts when it would have without them. The GPUs do not idle while the nodes drain, at the
-   price of the tenants' lost work, which the simulator reports.
 
 Pure bookkeeping: the caller (the simulator, the operator) asks the placement engine for the
 reservation's nodes and passes ``excluded_for(job)`` to it for every other gang.
@@ -93,10 +88,6 @@ class BackfillPolicy:
     """Seconds a job may stay blocked before it reserves when every gang it would wait for has a time
     limit, so its latest start is known and jobs that end before it may use its nodes meanwhile; None:
     ``reserve_after_seconds`` for those too."""
-    evictable_backfill: bool = False
-    """Whether a job that fits nowhere else may run on another job's reserved nodes though it would not
-    leave them in time, as that reservation's tenant: evicted (requeued) once the holder could start by
-    evicting tenants alone. False: such a job waits until the holder has started (Slurm's rule)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.strategy, QueueingStrategy):
@@ -138,8 +129,6 @@ class Backfill:
         self.policy = policy or BackfillPolicy()
         self._blocked_since: dict[str, float] = {}
         self._reserved: dict[str, BackfillReservation] = {}
-        self._tenants: dict[str, set[str]] = {}
-        """Holder -> the jobs admitted onto its nodes as evictable tenants (``evictable_backfill``)."""
 
     @property
     def steps_aside(self) -> bool:
@@ -204,35 +193,10 @@ class Backfill:
             out |= held.nodes
         return frozenset(out)
 
-    def lenders_to(self, job_id: str, ends_by: float | None = None) -> list[str]:
-        """The holders whose nodes ``excluded_for(job_id, ends_by)`` keeps ``job_id`` off, and that lend
-        them to it as a tenant (``evictable_backfill``); empty when the policy lends nothing."""
-        if not self.policy.evictable_backfill:
-            return []
-        return [holder for holder, held in self._reserved.items()
-                if holder != job_id and held.nodes
-                and not (ends_by is not None and held.starts_by is not None and ends_by <= held.starts_by)]
-
-    def lodge(self, job_id: str, holders: Iterable[str]) -> None:
-        """``job_id`` was admitted onto the nodes of ``holders`` as their tenant: evictable for them."""
-        for holder in holders:
-            if holder in self._reserved:
-                self._tenants.setdefault(holder, set()).add(job_id)
-
-    def tenants(self, holder: str) -> frozenset[str]:
-        """The jobs lodged on ``holder``'s reservation (some may have ended since: the caller checks)."""
-        return frozenset(self._tenants.get(holder, ()))
-
     def forget(self, job_id: str) -> None:
-        """``job_id`` started, or left the queue: drop its wait, its reservation and its tenants."""
+        """``job_id`` started, or left the queue: drop its wait and its reservation."""
         self._blocked_since.pop(job_id, None)
         self._reserved.pop(job_id, None)
-        self._tenants.pop(job_id, None)
-
-    def unlodge(self, job_id: str) -> None:
-        """``job_id`` was evicted or admitted afresh: it is nobody's tenant (until it lodges again)."""
-        for tenants in self._tenants.values():
-            tenants.discard(job_id)
 
     def order(self, heads: Sequence[PendingJob]) -> list[PendingJob]:
         """``heads`` (in admission order) with reservation holders first among their priority."""

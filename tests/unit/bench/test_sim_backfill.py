@@ -94,7 +94,7 @@ def _limited(job_id: str, arrival: float, pods: int, duration: float, limit: flo
     return Job(job_id, arrival, pods, 8, duration, "team-0", 0, "NVIDIA-H100-80GB-HBM3", time_limit=limit)
 
 
-def _limits_run(use_limits: bool, *, evictable: bool = False, slow_runs: float = HOUR) -> RunResult:
+def _limits_run(use_limits: bool) -> RunResult:
     # 4 nodes. "a" holds one for 10 h, "b" one for 2 h, "c" one for 3 h (their limits = run times);
     # "big" needs three and is blocked from t=1. With limits it reserves the nodes whose gangs end
     # first (b's, c's and the free one): it can start at 3 h at the latest. "quick" (limit 1.5 h) may
@@ -102,9 +102,8 @@ def _limits_run(use_limits: bool, *, evictable: bool = False, slow_runs: float =
     cluster = load_cluster("superpod-h100", limit=4)
     jobs = [_limited("a", 0.0, 1, 10 * HOUR, 10 * HOUR), _limited("b", 0.0, 1, 2 * HOUR, 2 * HOUR),
             _limited("c", 0.0, 1, 3 * HOUR, 3 * HOUR), _limited("big", 1.0, 3, HOUR, HOUR),
-            _limited("quick", 2.0, 1, HOUR, 1.5 * HOUR), _limited("slow", 3.0, 1, slow_runs, 5 * HOUR)]
-    policy = BackfillPolicy(reserve_after_seconds=None, planned_reserve_after_seconds=0.0,
-                            evictable_backfill=evictable)
+            _limited("quick", 2.0, 1, HOUR, 1.5 * HOUR), _limited("slow", 3.0, 1, HOUR, 5 * HOUR)]
+    policy = BackfillPolicy(reserve_after_seconds=None, planned_reserve_after_seconds=0.0)
     return simulate(KubegangPolicy(backfill=policy, use_limits=use_limits), cluster, jobs, horizon=100 * HOUR)
 
 
@@ -114,24 +113,6 @@ def test_with_time_limits_a_blocked_gang_reserves_the_nodes_that_free_first_and_
     assert result.started["big"] == 3 * HOUR  # when "c", the last of b and c, ends; not a's 10 h
     assert result.started["slow"] >= 3 * HOUR  # would run past the reservation's start: kept off
     assert result.metrics.completed == 6
-
-
-def test_with_evictable_backfill_a_job_that_would_run_past_the_reservation_runs_there_until_the_holder_can_start(
-) -> None:
-    # "slow" runs 4 h (limit 5 h): on the reserved node "quick" left, as its tenant, until "big" can start.
-    result = _limits_run(use_limits=True, evictable=True, slow_runs=4 * HOUR)
-    assert result.started["quick"] == 2.0
-    assert result.started["big"] == 3 * HOUR  # no later than without tenants: "slow" was evicted for it
-    assert result.metrics.evictions == 1
-    assert result.metrics.evicted_gpu_hours == (3 * HOUR - HOUR - 2.0) * 8 / HOUR  # slow ran from 1 h + 2 s
-    assert result.started["slow"] == 4 * HOUR  # requeued, and started again when big had ended
-    assert result.metrics.restarts == 1 and result.metrics.completed == 6
-    # A tenant that ends before the holder could start is not evicted: "slow" of 1 h leaves in time.
-    short = _limits_run(use_limits=True, evictable=True)
-    assert short.started["slow"] == HOUR + 2.0 and short.metrics.evictions == 0
-    assert short.started["big"] == 3 * HOUR
-    # Without evictable backfill "slow" waits for "big".
-    assert _limits_run(use_limits=True, slow_runs=4 * HOUR).started["slow"] >= 3 * HOUR
 
 
 def test_without_time_limits_the_planned_reservation_is_never_taken() -> None:

@@ -118,6 +118,8 @@ def test_kubegang_preempts_whole_low_priority_gangs_for_a_high_priority_one() ->
     assert result.started["high"] == 60.0
     assert result.metrics.completed == 3
     assert result.metrics.partial_gpu_hours == 0.0
+    # The work the evicted gangs had done (16 GPUs each for 60 s) is reported as lost.
+    assert result.metrics.evicted_gpu_hours == result.metrics.evictions * 16 * 60.0 / 3600.0
 
 
 def test_kubegang_places_every_gang_in_the_narrowest_feasible_domain() -> None:

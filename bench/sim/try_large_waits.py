@@ -75,6 +75,9 @@ IDEAS: dict[str, Callable[[], Policy]] = {
     # A deeper walk past blocked heads (Slurm's bf_max_job_test is 500; the cycle's default is 64).
     "max_rounds 256": lambda: KubegangPolicy(max_rounds=256),
     "max_rounds 500": lambda: KubegangPolicy(max_rounds=500),
+    # Reservations in time: a later holder may take an earlier one's nodes once it is gone (Slurm's).
+    "5 reservations in time": lambda: KubegangPolicy(backfill=BackfillPolicy(max_reservations=5)),
+    "2 reservations in time": lambda: KubegangPolicy(backfill=BackfillPolicy(max_reservations=2)),
 }
 
 

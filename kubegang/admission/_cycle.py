@@ -30,7 +30,9 @@ One cycle, as Kueue's ``schedule()``:
    reserves the nodes it would get once running gangs are gone (``WhatIf`` over them, waited for,
    not evicted): Slurm's EASY backfill. Where they have time limits, the gangs that end first, so
    its latest start is known and later jobs that end by then may still use those nodes; otherwise
-   the fewest gangs, and later jobs are placed without those nodes until it starts.
+   the fewest gangs, and later jobs are placed without those nodes until it starts. With several
+   reservations (``max_reservations``), a later one may take an earlier holder's nodes from when that
+   holder is gone by its limit (reservations in time, as Slurm's); otherwise they are disjoint.
 7. **Outcome** — a typed ``Entry`` per job (``AdmitResult``, ``WaitReason``, the message);
    jobs never reached this cycle are ``WaitingInQueue``.
 
@@ -356,12 +358,12 @@ class AdmissionCycle(Generic[J, P]):
                 # Each try is a few WhatIf searches: after max_reservations fruitless ones per cycle no
                 # other blocked job tries (the next cycle does).
                 self._overlaps += found is None
-            # Reservations stay disjoint: two holders each excluded from the other's nodes would wait
-            # for each other for ever.
-            overlaps = found is not None and bool(found[0] & self.backfill.excluded_for(job.uid))
+            # Reservations overlap only in time (this one after the other holder has gone): two holders
+            # each excluded from the other's nodes would wait for each other for ever.
+            overlaps = found is not None and not self._after_the_others(job.uid, found[0], found[1])
             self._overlaps += overlaps
             if found is not None and found[0] and not overlaps:
-                self.backfill.reserve(job.uid, found[0], starts_by=found[1])
+                self.backfill.reserve(job.uid, found[0], starts_by=found[1], ends_by=_plus(found[1], job.time_limit))
                 self._planned_with[job.uid] = self._running_now()
                 held = self.backfill.held(job.uid)
                 log.info("%s reserves %d nodes for backfill after waiting", job.key, len(found[0]))
@@ -369,8 +371,8 @@ class AdmissionCycle(Generic[J, P]):
                 and self._planned_with.get(job.uid, frozenset()) - self._running_now():
             again = yield from self._reservation_nodes(job, now, planned_only=True)
             self._planned_with[job.uid] = self._running_now()
-            if again is not None and again[0] and not again[0] & self.backfill.excluded_for(job.uid):
-                self.backfill.reserve(job.uid, again[0], starts_by=again[1])
+            if again is not None and again[0] and self._after_the_others(job.uid, again[0], again[1]):
+                self.backfill.reserve(job.uid, again[0], starts_by=again[1], ends_by=_plus(again[1], job.time_limit))
                 held = self.backfill.held(job.uid)
         if held is None:
             return entry
@@ -392,6 +394,30 @@ class AdmissionCycle(Generic[J, P]):
     def _running_now(self) -> frozenset[str]:
         return frozenset(r.uid for r in self._running_ends()[0])
 
+    def _after_the_others(self, uid: str, nodes: frozenset[str], starts_by: float | None) -> bool:
+        """Whether a reservation of ``nodes`` from ``starts_by`` on overlaps no other holder's, except
+        nodes that holder is gone from by then (its ``ends_by``): reservations in time, as Slurm's."""
+        for holder, held in self.backfill.reservations():
+            if holder != uid and nodes & held.nodes and (
+                    starts_by is None or held.ends_by is None or held.ends_by > starts_by):
+                return False
+        return True
+
+    def _excluded_at(self, job: J, base: frozenset[str], start: float) -> frozenset[str]:
+        """``base`` plus the other holders' nodes that ``job`` could not use if it started at ``start``:
+        all of them, but those of a holder it would leave before that holder's latest start, or one that
+        is gone by then."""
+        out = set(base)
+        ends = _plus(start, job.time_limit)
+        for holder, held in self.backfill.reservations():
+            if holder == job.uid:
+                continue
+            before = ends is not None and held.starts_by is not None and ends <= held.starts_by
+            after = held.ends_by is not None and start >= held.ends_by
+            if not (before or after):
+                out |= held.nodes
+        return frozenset(out)
+
     def _reservation_nodes(self, job: J, now: float, *, planned_only: bool
                            ) -> Generator[Effect[J, P], Any, tuple[frozenset[str], float | None] | None]:
         """The nodes ``job`` would reserve and its latest start on them (None: not known).
@@ -403,16 +429,22 @@ class AdmissionCycle(Generic[J, P]):
         unknown. ``planned_only``: only a reservation whose start is known (None otherwise)."""
         every, ends = self._running_ends()
         running = [r for r in every if r.uid != job.uid]
-        # Off other holders' and claimants' nodes, so several reservations can be found disjoint.
+        base = job.excluded_nodes | self._claimed_by_others(job.uid)
+        # Off other holders' nodes while they hold them (reservations in time), and claimants' nodes.
         excluded = job.excluded_nodes | self.backfill.excluded_for(job.uid) | self._claimed_by_others(job.uid)
         limited = sorted((r for r in running if ends[r.uid] is not None), key=lambda r: ends[r.uid] or 0.0)
+
+        def at(prefix: int) -> frozenset[str]:
+            start = max((ends[r.uid] or now for r in limited[:prefix]), default=now)
+            return self._excluded_at(job, base, start)
+
         if limited:
-            best: WhatIfAnswer = yield WhatIf(job, tuple(limited), excluded)
+            best: WhatIfAnswer = yield WhatIf(job, tuple(limited), at(len(limited)))
             if best.victims is not None:
-                low, high = 0, len(limited)  # the shortest prefix that lets it run: in (low - 1, high]
+                low, high = 0, len(limited)  # a short prefix that lets it run: in (low - 1, high]
                 while low < high:
                     middle = (low + high) // 2
-                    answer: WhatIfAnswer = yield WhatIf(job, tuple(limited[:middle]), excluded)
+                    answer: WhatIfAnswer = yield WhatIf(job, tuple(limited[:middle]), at(middle))
                     if answer.victims is not None:
                         best, high = answer, middle
                     else:
@@ -421,6 +453,10 @@ class AdmissionCycle(Generic[J, P]):
                 if planned_only and not victims:
                     return None  # it fits on the GPUs now: quota holds it, and nodes kept idle would not help
                 starts_by = max((ends[uid] or now for uid in victims), default=now)
+                # On nodes another holder is gone from only later, it starts once that holder has gone.
+                for holder, held in self.backfill.reservations():
+                    if holder != job.uid and best.nodes & held.nodes and held.ends_by is not None:
+                        starts_by = max(starts_by, held.ends_by)
                 return (best.nodes, starts_by) if best.nodes else None
         if planned_only:
             return None
@@ -444,6 +480,10 @@ class AdmissionCycle(Generic[J, P]):
         self._retry_at[job.uid] = (job.generation, now + delay, failures)
         return Entry(job, AdmitResult.ERROR, WaitReason.ADMISSION_ERROR,
                      f"admission failed ({type(exc).__name__}: {exc}); retrying in {delay:.0f}s")
+
+
+def _plus(start: float | None, seconds: float | None) -> float | None:
+    return None if start is None or seconds is None else start + seconds
 
 
 def _namespace(key: str) -> str:

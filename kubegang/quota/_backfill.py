@@ -120,6 +120,9 @@ class BackfillReservation:
     starts_by: float | None = None
     """When the holder can start on them at the latest, from the time limits of the gangs running
     there (the caller's clock); None: unknown (a gang there has no limit)."""
+    ends_by: float | None = None
+    """When the holder is gone from them at the latest (``starts_by`` plus its own time limit); None:
+    unknown. A later reservation may take these nodes from then on (reservations in time)."""
 
 
 class Backfill:
@@ -164,13 +167,19 @@ class Backfill:
         return (self.reservation_due(job_id, now, after=after, planned=True)
                 and not self.reservation_due(job_id, now, after=after))
 
-    def reserve(self, job_id: str, nodes: Iterable[str], starts_by: float | None = None) -> None:
+    def reserve(self, job_id: str, nodes: Iterable[str], starts_by: float | None = None,
+                ends_by: float | None = None) -> None:
         """Keep ``nodes`` for ``job_id``: other gangs are placed without them until it starts, except
-        those that end by ``starts_by`` (its latest start on them, when known)."""
+        those that end by ``starts_by`` (its latest start on them, when known); ``ends_by``: when it is
+        gone from them at the latest, when known."""
         if job_id not in self._reserved and len(self._reserved) >= self.policy.max_reservations:
             raise ValueError(f"cannot reserve for {job_id!r}: {len(self._reserved)} reservation(s) held already, "
                              f"max_reservations is {self.policy.max_reservations}")
-        self._reserved[job_id] = BackfillReservation(frozenset(nodes), starts_by)
+        self._reserved[job_id] = BackfillReservation(frozenset(nodes), starts_by, ends_by)
+
+    def reservations(self) -> list[tuple[str, BackfillReservation]]:
+        """Every (holder, reservation), in the order they were taken."""
+        return list(self._reserved.items())
 
     def reservation(self, job_id: str) -> frozenset[str] | None:
         """The nodes reserved for ``job_id``, if it holds a reservation."""

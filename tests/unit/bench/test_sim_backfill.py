@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench.sim import Job, KubegangPolicy, RunResult, Step, Wrapped, load_cluster, simulate
 from kubegang.quota import BackfillPolicy
 
@@ -140,3 +142,41 @@ def _replan_run(replan: bool) -> RunResult:
 def test_a_reservation_is_planned_again_when_a_gang_ends_before_its_limit() -> None:
     assert _replan_run(replan=True).started["big"] == 2 * HOUR
     assert _replan_run(replan=False).started["big"] == 3 * HOUR  # mid took a's node meanwhile
+
+
+class _Reservations(Wrapped):
+    """Records every reservation the big gangs held, pass by pass."""
+
+    def __init__(self, inner: KubegangPolicy) -> None:
+        super().__init__(inner)
+        self.policy = inner
+        self.seen: list[tuple[float, dict[str, Any]]] = []
+
+    def schedule(self, now: float) -> Step:
+        step = self.inner.schedule(now)
+        held = {uid: held for uid, held in self.policy.cycle.backfill.reservations() if uid.startswith("big")}
+        self.seen.append((now, held))
+        return step
+
+
+def test_with_time_limits_a_second_reservation_takes_the_first_holders_nodes_from_when_it_is_gone() -> None:
+    # 4 nodes: "a" holds 2 for 10 h, "b" 1 for 3 h, one is free (limits = run times). "big-1" (2 nodes,
+    # limit 2 h, runs 1 h) reserves the free node and b's: it starts by 3 h and is gone by 5 h.
+    # "big-2" (all 4 nodes, limit 1 h) needs a's nodes and big-1's: with two reservations it reserves
+    # all 4 *after* big-1 (Slurm's reservations in time), from 10 h; disjoint ones could not hold it.
+    cluster = load_cluster("superpod-h100", limit=4)
+    jobs = [_limited("a", 0.0, 2, 10 * HOUR, 10 * HOUR), _limited("b", 0.0, 1, 3 * HOUR, 3 * HOUR),
+            _limited("big-1", 1.0, 2, HOUR, 2 * HOUR), _limited("big-2", 2.0, 4, HOUR, HOUR),
+            _limited("long", 3.0, 1, HOUR, 20 * HOUR)]
+    policy = BackfillPolicy(reserve_after_seconds=None, planned_reserve_after_seconds=0.0, max_reservations=2)
+    observed = _Reservations(KubegangPolicy(backfill=policy))
+    result = simulate(observed, cluster, jobs, horizon=100 * HOUR)
+    both = [held for _, held in observed.seen if len(held) == 2]
+    assert both, "big-2 never reserved while big-1 held its reservation"
+    first, second = both[0]["big-1"], both[0]["big-2"]
+    assert first.starts_by == 3 * HOUR and first.ends_by == 5 * HOUR
+    assert second.nodes > first.nodes and second.starts_by == 10 * HOUR and second.ends_by == 11 * HOUR
+    assert result.started["big-1"] == 3 * HOUR and result.started["big-2"] == 10 * HOUR
+    # "long" (limit 20 h) would run past both reservations' starts: kept off until big-2 has started.
+    assert result.started["long"] >= 10 * HOUR
+    assert result.metrics.completed == 5

@@ -44,16 +44,17 @@ def feasible_nodes(pod: GangRequest, snapshot: Snapshot,
 
 def node_score(pod: GangRequest, snapshot: Snapshot, node: str) -> int:
     """0..10, higher is better; 0 when the node cannot take the pod at all."""
-    return _node_score(pod, TaskShape.of(pod), snapshot, node)
+    return _node_score(pod, TaskShape.of(pod), _exhaustion.spare_for(pod.flavour, snapshot), snapshot, node)
 
 
 def node_scores(pod: GangRequest, snapshot: Snapshot, node_names: Iterable[str]) -> dict[str, int]:
     """``node_score`` for each node (the prioritize verb)."""
     shape = TaskShape.of(pod)  # once per request, not per node
-    return {name: _node_score(pod, shape, snapshot, name) for name in node_names}
+    scarce = _exhaustion.spare_for(pod.flavour, snapshot)
+    return {name: _node_score(pod, shape, scarce, snapshot, name) for name in node_names}
 
 
-def _node_score(pod: GangRequest, shape: TaskShape, snapshot: Snapshot, node: str) -> int:
+def _node_score(pod: GangRequest, shape: TaskShape, scarce: frozenset[str], snapshot: Snapshot, node: str) -> int:
     n = snapshot.topology.node_number.get(node)
     if n is None or node_reason(snapshot, n, pod) is not None:
         return 0
@@ -72,7 +73,7 @@ def _node_score(pod: GangRequest, shape: TaskShape, snapshot: Snapshot, node: st
         return 0
     frag_term = min(1.0, max(0.0, 0.5 - choice.delta / (2 * total)))
     value = 0.8 * frag_term + 0.2 * leaf_term
-    if _exhaustion.on_scarce(snapshot, n, _exhaustion.spare_for(pod.flavour, snapshot)):
+    if _exhaustion.on_scarce(snapshot, n, scarce):
         return 1  # as plan(): a pod that accepts any GPU goes elsewhere when it can (``_exhaustion``)
     # Feasible nodes score 1..10 (0 means "cannot"), others on scarce models 1 and the rest 2..10;
     # floor keeps small differences visible.

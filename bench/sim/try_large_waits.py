@@ -78,6 +78,8 @@ IDEAS: dict[str, Callable[[], Policy]] = {
     # Reservations in time: a later holder may take an earlier one's nodes once it is gone (Slurm's).
     "5 reservations in time": lambda: KubegangPolicy(backfill=BackfillPolicy(max_reservations=5)),
     "2 reservations in time": lambda: KubegangPolicy(backfill=BackfillPolicy(max_reservations=2)),
+    "limits, re-planned, reserve after 30 min": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(planned_reserve_after_seconds=1800.0)),
 }
 
 

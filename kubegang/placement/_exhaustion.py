@@ -18,22 +18,21 @@ of one GPU model, nothing is ever scarce and placement is FGD's.
 
 from __future__ import annotations
 
+import weakref
+
 from kubegang.levels import Level
 from kubegang.placement._fragmentation import WorkloadMix
 from kubegang.placement._snapshot import Snapshot
 from kubegang.topology import ANY_FLAVOUR
 
-EXHAUSTION = True
-"""Whether unconstrained single pods keep off scarce GPU models (module docstring)."""
-
-_memo: dict[int, tuple[int, dict[str, float]]] = {}
-"""id(mix) -> (its version, bound demand share per flavour key)."""
+_memo: weakref.WeakKeyDictionary[WorkloadMix, tuple[int, dict[str, float]]] = weakref.WeakKeyDictionary()
+"""Mix -> (its version, bound demand share per flavour key); an entry goes with its mix."""
 
 
 def bound_demand(mix: WorkloadMix) -> dict[str, float]:
     """Flavour key (``gpu:<product>``) -> share of the mix's GPU demand that only it (or models
     named with it) can serve; empty when no demand is bound to a model."""
-    got = _memo.get(id(mix))
+    got = _memo.get(mix)
     if got is not None and got[0] == mix.version:
         return got[1]
     bound: dict[str, float] = {}
@@ -47,9 +46,7 @@ def bound_demand(mix: WorkloadMix) -> dict[str, float]:
         for key in models:
             bound[key] = bound.get(key, 0.0) + weight / len(models)
     shares = {key: value / total for key, value in bound.items()} if total else {}
-    if len(_memo) > 64:
-        _memo.clear()
-    _memo[id(mix)] = (mix.version, shares)
+    _memo[mix] = (mix.version, shares)
     return shares
 
 
@@ -72,7 +69,7 @@ def scarce_products(snapshot: Snapshot) -> frozenset[str]:
 
 def spare_for(gang_flavour: str, snapshot: Snapshot) -> frozenset[str]:
     """The scarce models a pod of ``gang_flavour`` should keep off: none unless it accepts any GPU."""
-    if gang_flavour != ANY_FLAVOUR or not EXHAUSTION:
+    if gang_flavour != ANY_FLAVOUR:
         return frozenset()
     return scarce_products(snapshot)
 

@@ -242,21 +242,19 @@ def _plan_single(gang: GangRequest, snapshot: Snapshot) -> Placement | None:
     index = snapshot.fragmentation
     shape = TaskShape.of(gang)
     scarce = _exhaustion.spare_for(gang.flavour, snapshot)
-    if scarce:
-        # First off the GPU models whose free GPUs are short of the demand only they can serve.
+    # First off the GPU models whose free GPUs are short of the demand only they can serve, then anywhere.
+    for keep_off in (scarce, frozenset()) if scarce else (frozenset(),):
         for choice, members in index.ranked(shape):
-            spare = [n for n in members if not _exhaustion.on_scarce(snapshot, n, scarce)]
-            for n in sorted(spare, key=leaf_first):
-                if node_reason(snapshot, n, gang) is None:
+            nodes = [n for n in members if not _exhaustion.on_scarce(snapshot, n, keep_off)] if keep_off else members
+            if not nodes:
+                continue
+            # The best node alone usually takes the pod: sort the state's nodes only when it does not.
+            first = min(nodes, key=leaf_first)
+            if node_reason(snapshot, first, gang) is None:
+                return _single_placement(snapshot, gang, first, choice)
+            for n in sorted(nodes, key=leaf_first):
+                if n != first and node_reason(snapshot, n, gang) is None:
                     return _single_placement(snapshot, gang, n, choice)
-    for choice, members in index.ranked(shape):
-        # The best node alone usually takes the pod: sort the state's nodes only when it does not.
-        first = min(members, key=leaf_first)
-        if node_reason(snapshot, first, gang) is None:
-            return _single_placement(snapshot, gang, first, choice)
-        for n in sorted(members, key=leaf_first):
-            if n != first and node_reason(snapshot, n, gang) is None:
-                return _single_placement(snapshot, gang, n, choice)
     return None
 
 

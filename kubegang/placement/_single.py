@@ -75,7 +75,7 @@ def _node_score(pod: GangRequest, shape: TaskShape, scarce: frozenset[str], snap
     value = 0.8 * frag_term + 0.2 * leaf_term
     if _exhaustion.on_scarce(snapshot, n, scarce):
         return 1  # as plan(): a pod that accepts any GPU goes elsewhere when it can (``_exhaustion``)
-    # Feasible nodes score 1..10 (0 means "cannot"), others on scarce models 1 and the rest 2..10;
-    # floor keeps small differences visible.
+    # Feasible nodes score 2..10 (0 means "cannot", 1 "only if nothing else"); floor keeps small
+    # differences visible.
     return 2 + min(MAX_SCORE - 2, math.floor((MAX_SCORE - 2) * value + 1e-9))
 

@@ -60,7 +60,7 @@ def test_a_pod_that_accepts_any_gpu_keeps_off_a_scarce_model(monkeypatch: pytest
     # Where T4 is not scarce, FGD's choice stands: the small node, so the 8-GPU node stays whole.
     assert _node_of(pod, _snapshot(0.2)) == free_t4
     # And without the rule the same pod takes the T4 node though T4 is scarce.
-    monkeypatch.setattr(_exhaustion, "EXHAUSTION", False)
+    monkeypatch.setattr(_exhaustion, "spare_for", lambda flavour, snapshot: frozenset())
     assert _node_of(pod, _snapshot(0.4)) == free_t4
     assert node_score(pod, _snapshot(0.4), free_t4) > 1
 

@@ -360,7 +360,7 @@ class AdmissionCycle(Generic[J, P]):
                 self._overlaps += found is None
             # Reservations overlap only in time (this one after the other holder has gone): two holders
             # each excluded from the other's nodes would wait for each other for ever.
-            overlaps = found is not None and not self._after_the_others(job.uid, found[0], found[1])
+            overlaps = found is not None and self.backfill.overlaps(job.uid, found[0], found[1])
             self._overlaps += overlaps
             if found is not None and found[0] and not overlaps:
                 self.backfill.reserve(job.uid, found[0], starts_by=found[1], ends_by=_plus(found[1], job.time_limit))
@@ -371,7 +371,7 @@ class AdmissionCycle(Generic[J, P]):
                 and self._planned_with.get(job.uid, frozenset()) - self._running_now():
             again = yield from self._reservation_nodes(job, now, planned_only=True)
             self._planned_with[job.uid] = self._running_now()
-            if again is not None and again[0] and self._after_the_others(job.uid, again[0], again[1]):
+            if again is not None and again[0] and not self.backfill.overlaps(job.uid, again[0], again[1]):
                 self.backfill.reserve(job.uid, again[0], starts_by=again[1], ends_by=_plus(again[1], job.time_limit))
                 held = self.backfill.held(job.uid)
         if held is None:
@@ -394,30 +394,6 @@ class AdmissionCycle(Generic[J, P]):
     def _running_now(self) -> frozenset[str]:
         return frozenset(r.uid for r in self._running_ends()[0])
 
-    def _after_the_others(self, uid: str, nodes: frozenset[str], starts_by: float | None) -> bool:
-        """Whether a reservation of ``nodes`` from ``starts_by`` on overlaps no other holder's, except
-        nodes that holder is gone from by then (its ``ends_by``): reservations in time, as Slurm's."""
-        for holder, held in self.backfill.reservations():
-            if holder != uid and nodes & held.nodes and (
-                    starts_by is None or held.ends_by is None or held.ends_by > starts_by):
-                return False
-        return True
-
-    def _excluded_at(self, job: J, base: frozenset[str], start: float) -> frozenset[str]:
-        """``base`` plus the other holders' nodes that ``job`` could not use if it started at ``start``:
-        all of them, but those of a holder it would leave before that holder's latest start, or one that
-        is gone by then."""
-        out = set(base)
-        ends = _plus(start, job.time_limit)
-        for holder, held in self.backfill.reservations():
-            if holder == job.uid:
-                continue
-            before = ends is not None and held.starts_by is not None and ends <= held.starts_by
-            after = held.ends_by is not None and start >= held.ends_by
-            if not (before or after):
-                out |= held.nodes
-        return frozenset(out)
-
     def _reservation_nodes(self, job: J, now: float, *, planned_only: bool
                            ) -> Generator[Effect[J, P], Any, tuple[frozenset[str], float | None] | None]:
         """The nodes ``job`` would reserve and its latest start on them (None: not known).
@@ -430,13 +406,12 @@ class AdmissionCycle(Generic[J, P]):
         every, ends = self._running_ends()
         running = [r for r in every if r.uid != job.uid]
         base = job.excluded_nodes | self._claimed_by_others(job.uid)
-        # Off other holders' nodes while they hold them (reservations in time), and claimants' nodes.
-        excluded = job.excluded_nodes | self.backfill.excluded_for(job.uid) | self._claimed_by_others(job.uid)
         limited = sorted((r for r in running if ends[r.uid] is not None), key=lambda r: ends[r.uid] or 0.0)
 
         def at(prefix: int) -> frozenset[str]:
+            # Off claimants' nodes, and other holders' while they hold them at that start (in time).
             start = max((ends[r.uid] or now for r in limited[:prefix]), default=now)
-            return self._excluded_at(job, base, start)
+            return base | self.backfill.excluded_for(job.uid, _plus(start, job.time_limit), starts_at=start)
 
         if limited:
             best: WhatIfAnswer = yield WhatIf(job, tuple(limited), at(len(limited)))
@@ -461,7 +436,7 @@ class AdmissionCycle(Generic[J, P]):
         if planned_only:
             return None
         unlimited = [r for r in running if ends[r.uid] is None]
-        anyone: WhatIfAnswer = yield WhatIf(job, tuple(limited + unlimited), excluded)
+        anyone: WhatIfAnswer = yield WhatIf(job, tuple(limited + unlimited), base | self.backfill.excluded_for(job.uid))
         return (anyone.nodes, None) if anyone.victims is not None and anyone.nodes else None
 
     # -- outcomes ------------------------------------------------------------------------------

@@ -190,17 +190,30 @@ class Backfill:
         """The reservation of ``job_id`` (nodes and latest start), if it holds one."""
         return self._reserved.get(job_id)
 
-    def excluded_for(self, job_id: str, ends_by: float | None = None) -> frozenset[str]:
+    def excluded_for(self, job_id: str, ends_by: float | None = None, *,
+                     starts_at: float | None = None) -> frozenset[str]:
         """Nodes ``job_id`` must not be placed on: those reserved for other jobs, less those of
-        reservations it would leave in time (``ends_by``: its start now plus its time limit)."""
+        reservations it would leave in time (``ends_by``: its start plus its time limit) and, when it
+        would start only at ``starts_at`` (a reservation being planned), those whose holder is gone
+        by then (reservations in time)."""
         out: set[str] = set()
         for holder, held in self._reserved.items():
             if holder == job_id:
                 continue
             if ends_by is not None and held.starts_by is not None and ends_by <= held.starts_by:
                 continue  # gone before the holder could start there
+            if starts_at is not None and held.ends_by is not None and starts_at >= held.ends_by:
+                continue  # starts after the holder has gone
             out |= held.nodes
         return frozenset(out)
+
+    def overlaps(self, job_id: str, nodes: frozenset[str], starts_by: float | None) -> bool:
+        """Whether reserving ``nodes`` for ``job_id`` from ``starts_by`` on would share nodes with
+        another holder that is not gone by then: two holders each kept off the other's nodes would
+        wait for each other for ever, so such a reservation is not taken."""
+        return any(holder != job_id and nodes & held.nodes
+                   and (starts_by is None or held.ends_by is None or held.ends_by > starts_by)
+                   for holder, held in self._reserved.items())
 
     def forget(self, job_id: str) -> None:
         """``job_id`` started, or left the queue: drop its wait and its reservation."""

@@ -189,7 +189,7 @@ def _up(paths: dc.Paths, operators: int, metrics_auth: bool) -> StackPorts:
     for i, port in enumerate(ports.operator_metrics):
         dc.wait_for(paths, f"kubegang-operator-{i}",
                     lambda port=port: http_ok(f"{scheme}://127.0.0.1:{port}/metrics", trust, token), 60)
-    for i, port in enumerate(ports.operator_health):  # Kopf's liveness, answered on the event loop
+    for i, port in enumerate(ports.operator_health):  # liveness, answered on the event loop
         dc.wait_for(paths, f"kubegang-operator-{i}", lambda port=port: http_ok(f"http://127.0.0.1:{port}/healthz"), 60)
     dc.log(f"kubegang running in {time.monotonic() - t0:.1f}s: extender https :{ports.extender_https} "
            f"grpc :{ports.extender_grpc}, agent, {operators} operator(s), metrics auth {metrics['auth']}")

@@ -2,7 +2,7 @@
 
 Why one rule, in the core: when the API server restarts, every watcher in the cluster fails in the
 same second — the agent on each GPU node (a DaemonSet: thousands), the extender's watches, the
-operators' Kopf streams. With a fixed delay, or a purely exponential one, they all come back in the
+operators' watches. With a fixed delay, or a purely exponential one, they all come back in the
 same second too, and the API server that just started answers thousands of LISTs at once. *Full
 jitter* (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015) draws each delay uniformly
 between a small floor and a ceiling that doubles with each consecutive failure up to a cap, which
@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 _MAX_EXPONENT = 64
 """``factor ** failures`` beyond this is always past any cap; stops the float from overflowing."""
@@ -76,27 +75,3 @@ class Backoff:
         delay = self.next_delay()
         await asyncio.sleep(delay)
         return delay
-
-
-@dataclass(frozen=True)
-class RetrySchedule:
-    """A fixed number of retries whose delays are drawn afresh, from a fresh :class:`Backoff`, each time
-    the schedule is iterated: the shape of Kopf's ``settings.networking.error_backoffs`` (an iterable of
-    seconds, walked once per failing API request, watch requests included)."""
-
-    template: Backoff
-    """Parameters of each walk (its failure count is ignored)."""
-    attempts: int = 10
-    """Retries before the error is escalated."""
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"RetrySchedule.attempts: must be >= 1, got {self.attempts}")
-
-    def __len__(self) -> int:
-        return self.attempts
-
-    def __iter__(self) -> Iterator[float]:
-        walk = replace(self.template)  # failures is init=False: a fresh count, the same parameters and rng
-        for _ in range(self.attempts):
-            yield walk.next_delay()

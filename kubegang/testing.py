@@ -1,6 +1,6 @@
 """Helpers for running kubegang's processes locally (the demo, the e2e tests, the benchmarks).
 
-Like ``kopf.testing``, this is for running things, not for production code paths.
+Like a framework's testing helpers, this is for running things, not for production code paths.
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
     )
     # Every request at INFO would drown the decisions; failures still surface as WARNING.
-    for noisy in ("httpx2", "httpx", "kopf.objects"):
+    for noisy in ("httpx2", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = settings_from_args(args)
     try:

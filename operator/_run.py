@@ -1,10 +1,10 @@
 """Assemble the operator from its parts and run it until a signal stops it.
 
-Three long-lived tasks: the Lease campaign, the leader's loop, and Kopf's watches, which only the
-leader runs (a standby campaigns and answers /healthz, nothing else: ``_standby``). When Kopf exits
-(SIGINT/SIGTERM) the others are cancelled and the Lease is given up, so the standby takes over at
-once instead of after the lease expires; when the leader loses the Lease, Kopf is stopped and
-``run`` raises ``LostLeadership``, so the process exits and comes back as a fresh standby.
+Three long-lived tasks: the Lease campaign, the leader's loop, and the watches (``_watches``), which
+only the leader runs (a standby campaigns and answers /healthz, nothing else: ``_standby``). On
+SIGINT/SIGTERM the tasks are cancelled and the Lease is given up, so the standby takes over at once
+instead of after the lease expires; when the leader loses the Lease, ``run`` raises
+``LostLeadership``, so the process exits and comes back as a fresh standby.
 """
 
 from __future__ import annotations
@@ -12,22 +12,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+from collections.abc import Awaitable
 
-import kopf
 from lightkube.core.exceptions import ConfigError
 
 from kubegang.admission import CycleSettings
 from kubegang.extender.client import PlacementClient
+from kubegang.listwatch import api_client
 from kubegang.operator._admission import Admission
 from kubegang.operator._cache import ClusterCache
 from kubegang.operator._controller import Controller
 from kubegang.operator._extender_placement import ExtenderPlacement
+from kubegang.operator._health import serve_health
 from kubegang.operator._kube import KubeApi, RateLimiter, make_client
 from kubegang.operator._leader import AlwaysLeader, LeaderElector
 from kubegang.operator._quota_book import QuotaBook
 from kubegang.operator._settings import OperatorSettings
 from kubegang.operator._standby import LostLeadership, stand_by, until_lost
-from kubegang.operator._watches import build_registry, resync_from_api
+from kubegang.operator._watches import CacheFeed
 from kubegang.quota import BackfillPolicy
 
 log = logging.getLogger("kubegang.operator")
@@ -50,15 +53,23 @@ def placement_client(settings: OperatorSettings) -> PlacementClient:
     )
 
 
-def liveness_endpoint(settings: OperatorSettings) -> str | None:
-    """Where Kopf serves liveness (``kopf.operator(liveness_endpoint=...)``), or None when it is off.
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """Set ``stop`` on SIGINT and SIGTERM (the kubelet's stop), so ``run`` can give up the Lease."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # not the main thread
+            loop.add_signal_handler(sig, stop.set)
 
-    Kopf answers it from the operator's own event loop, running the ``@kopf.on.probe`` handlers: the
-    probe fails when the loop hangs, which a probe of /metrics (a thread) cannot see.
-    """
-    if not settings.health_port:
-        return None
-    return f"http://0.0.0.0:{settings.health_port}/healthz"
+
+async def first_of(*waits: Awaitable[object]) -> None:
+    """Return when the first of ``waits`` is done; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def run(settings: OperatorSettings) -> None:
@@ -67,6 +78,7 @@ async def run(settings: OperatorSettings) -> None:
     extender = placement_client(settings)
     try:
         client = make_client(settings.kubeconfig, timeout_seconds=settings.api_timeout_seconds)
+        watch_client = api_client(settings.kubeconfig, timeout_seconds=settings.api_timeout_seconds)
     except ConfigError as exc:
         raise ValueError(f"kubeconfig: {exc}") from None
     kube = KubeApi(client, RateLimiter(settings.api_qps, settings.api_burst))
@@ -97,11 +109,12 @@ async def run(settings: OperatorSettings) -> None:
         elector = AlwaysLeader()
     kube.fence = elector.holds  # every write checks the renew deadline right before it is sent
 
-    async def resync(c: ClusterCache) -> None:
-        await resync_from_api(client, c)
+    feed = CacheFeed(watch_client, cache, namespaces=settings.watch_namespaces)
+
+    async def resync(_: ClusterCache) -> None:
+        await feed.synced()  # a new leader's first lists are its rebuild
 
     controller = Controller(cache, admission, elector, kube, resync=resync, resync_seconds=settings.resync_seconds)
-    registry = build_registry(cache, kubeconfig=settings.kubeconfig, api_timeout_seconds=settings.api_timeout_seconds)
     background = [
         asyncio.create_task(elector.run(), name="kubegang-lease"),
         asyncio.create_task(controller.run(), name="kubegang-leader-loop"),
@@ -113,20 +126,16 @@ async def run(settings: OperatorSettings) -> None:
         "on" if settings.leader_election else "off",
     )
     stop = asyncio.Event()
+    stop_on_signals(stop)
     try:
-        await stand_by(elector, health_port=settings.health_port)
-        # Created before Kopf starts: Kopf cancels every task spawned while it runs when it stops.
-        background.append(asyncio.create_task(until_lost(elector, stop), name="kubegang-lease-watch"))
-        await kopf.operator(
-            registry=registry,
-            standalone=True,  # peering off: the Lease decides who acts, and handlers only read
-            clusterwide=not settings.watch_namespaces,
-            namespaces=list(settings.watch_namespaces),
-            liveness_endpoint=liveness_endpoint(settings),
-            stop_flag=stop,
-        )
-        if stop.is_set():
-            raise LostLeadership(f"{settings.identity} lost the Lease")
+        async with serve_health(settings.health_port):
+            await first_of(stand_by(elector), stop.wait())
+            if stop.is_set():
+                return
+            background.append(asyncio.create_task(feed.run(), name="kubegang-watches"))
+            await first_of(until_lost(elector), stop.wait())
+            if not stop.is_set():
+                raise LostLeadership(f"{settings.identity} lost the Lease")
     finally:
         for task in background:
             task.cancel()
@@ -137,3 +146,4 @@ async def run(settings: OperatorSettings) -> None:
         await elector.release()
         await extender.close()
         await client.close()
+        await watch_client.aclose()

@@ -32,7 +32,7 @@ class OperatorSettings:
     metrics_port: int = 8080
     """Port of the Prometheus /metrics endpoint; 0 turns it off."""
     health_port: int = 0
-    """Port of Kopf's liveness endpoint ``/healthz``; 0 turns it off (the chart sets 8081). It is served
+    """Port of the liveness endpoint ``/healthz``; 0 turns it off (the chart sets 8081). It is served
     on the operator's event loop, so a hung loop fails the probe; /metrics is served from a thread and
     would keep answering."""
     leader_election: bool = True

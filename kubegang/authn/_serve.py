@@ -236,7 +236,7 @@ def guard(app: web.Application, serving: SecureServing, api: ReviewApi, protecte
 class ThreadedSite:
     """An aiohttp app served from a thread with its own event loop (the operator's /metrics).
 
-    Why a thread: the operator's loop runs Kopf and the admission cycle; a scrape, and the reviews it
+    Why a thread: the operator's loop runs its watches and the admission cycle; a scrape, and the reviews it
     may cause, must neither wait for that loop nor add to it.
     """
 

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from kubegang.backoff import Backoff, RetrySchedule
+from kubegang.backoff import Backoff
 
 
 def test_ceiling_doubles_per_failure_up_to_the_cap_and_a_success_resets_it() -> None:
@@ -46,15 +46,6 @@ def test_huge_failure_counts_do_not_overflow() -> None:
     assert backoff.next_delay() <= 5.0
 
 
-def test_retry_schedule_draws_fresh_jittered_delays_on_every_walk() -> None:
-    schedule = RetrySchedule(Backoff(initial_seconds=1.0, max_seconds=10.0, rng=random.Random(4)), attempts=6)
-    first, second = list(schedule), list(schedule)
-    assert len(schedule) == len(first) == len(second) == 6
-    assert first != second, "each failing request gets its own jitter"
-    assert first[0] <= 1.0 and second[0] <= 1.0, "each walk starts from the initial ceiling"
-    assert max(first) <= 10.0
-
-
 @pytest.mark.parametrize(("kwargs", "field"), [
     ({"initial_seconds": 0}, "initial_seconds"),
     ({"initial_seconds": 2, "max_seconds": 1}, "max_seconds"),
@@ -64,8 +55,3 @@ def test_retry_schedule_draws_fresh_jittered_delays_on_every_walk() -> None:
 def test_bad_parameters_name_the_field(kwargs: dict[str, float], field: str) -> None:
     with pytest.raises(ValueError, match=rf"Backoff\.{field}"):
         Backoff(**kwargs)  # type: ignore[arg-type]
-
-
-def test_a_schedule_needs_at_least_one_attempt() -> None:
-    with pytest.raises(ValueError, match=r"RetrySchedule\.attempts"):
-        RetrySchedule(Backoff(), attempts=0)

@@ -108,7 +108,7 @@ def test_network_policy_peers_come_from_the_values(render: Render) -> None:
 
 
 def test_the_operator_is_probed_on_its_event_loop_not_on_the_metrics_thread(render: Render) -> None:
-    """Kopf's liveness endpoint (tests/unit/operator/test_liveness.py): a hung loop fails it."""
+    """The operator's liveness endpoint (tests/unit/operator/test_liveness.py): a hung loop fails it."""
     container = render().one("Deployment", "-operator")["spec"]["template"]["spec"]["containers"][0]
     assert "--health-port=8081" in container["args"]
     assert {"name": "health", "containerPort": 8081} in container["ports"]

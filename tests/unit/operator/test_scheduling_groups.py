@@ -4,7 +4,7 @@ that represents the group, exactly like a labelled pod group; only the API is re
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
 from typing import Any
 
 import httpx2
@@ -15,13 +15,13 @@ from kubegang.extender._pods import pod_demand
 from kubegang.extender._wire import Pod as WirePod
 from kubegang.operator._cache import ClusterCache
 from kubegang.operator._conditions import Phase
-from kubegang.operator._kube import PodGroupResource, WorkloadResource
 from kubegang.operator._sources import GROUP_GONE_SECONDS, SourceBridge
 from kubegang.operator._types import WaitReason
-from kubegang.operator._watches import resync_from_api
+from kubegang.operator._watches import CacheFeed
 from kubegang.podcontract import JOB_UID_LABEL, NODE_ANNOTATION, POD_INDEX_LABEL
 
 from .conftest import World, gpu_queue
+from .test_cache_feed import ScriptedApi
 
 NODES = {f"n{i}": 8 for i in range(6)}
 JOB = source_job_name(PodSourceKind.SCHEDULING_GROUP, "pg")
@@ -183,46 +183,20 @@ async def test_evicting_deletes_the_pods_and_a_group_without_pods_loses_its_gpuj
     assert ("GPUJob", "team-a", JOB) in world.kube.deleted
 
 
-class Api:
-    """Lists what a resync asks for; ``served`` says whether scheduling.k8s.io/v1alpha2 exists."""
-
-    def __init__(self, *, served: bool, pods: list[dict[str, Any]]) -> None:
-        self.served = served
-        self.pods = pods
-        self.pod_lists: list[Any] = []
-
-    def list(self, resource: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        async def items() -> AsyncIterator[Any]:
-            if resource in (PodGroupResource, WorkloadResource):
-                if not self.served:
-                    request = httpx2.Request("GET", "https://api/apis/scheduling.k8s.io/v1alpha2/podgroups")
-                    raise httpx2.HTTPStatusError("404 page not found", request=request,
-                                                 response=httpx2.Response(404, request=request))
-                if resource is PodGroupResource:
-                    yield podgroup(**{"kubegang.io/queue": "team-a"})
-                return
-            if getattr(resource, "__name__", "") == "Pod":
-                self.pod_lists.append(kwargs.get("labels"))
-                if kwargs.get("labels") is None:
-                    for pod in self.pods:
-                        yield pod
-        return items()
-
-
-async def test_a_resync_where_the_api_serves_no_podgroups_sees_none_and_lists_no_extra_pods() -> None:
-    api = Api(served=False, pods=[member(0)])
-    cache = ClusterCache()
-    await resync_from_api(api, cache)  # type: ignore[arg-type]
-    assert cache.podgroups == {} and cache.source_pods == {}
-    assert None not in api.pod_lists  # no list of every pod without a PodGroup to need it
-
-
-async def test_a_resync_with_podgroups_finds_the_pods_that_name_them() -> None:
+async def test_a_new_leaders_lists_find_the_podgroups_and_the_pods_that_name_them() -> None:
     plain = member(1)
     del plain["spec"]["schedulingGroup"]
-    api = Api(served=True, pods=[member(0), plain])
+    api = ScriptedApi()
+    api.objects = {"/api/v1/pods": [member(0), plain],
+                   "/apis/scheduling.k8s.io/v1alpha2/podgroups": [podgroup(**{"kubegang.io/queue": "team-a"})]}
     cache = ClusterCache()
-    await resync_from_api(api, cache)  # type: ignore[arg-type]
-    assert set(cache.podgroups) == {("team-a", "pg")}
-    assert {k: sorted(v) for k, v in cache.source_pods.items()} == {
-        ("team-a", PodSourceKind.SCHEDULING_GROUP, "pg"): ["workers-0"]}
+    feed = CacheFeed(httpx2.AsyncClient(transport=httpx2.MockTransport(api.handler), base_url="https://api"), cache)
+    task = asyncio.create_task(feed.run())
+    try:
+        await asyncio.wait_for(feed.synced(), 5)
+        assert set(cache.podgroups) == {("team-a", "pg")}
+        assert {k: sorted(v) for k, v in cache.source_pods.items()} == {
+            ("team-a", PodSourceKind.SCHEDULING_GROUP, "pg"): ["workers-0"]}
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

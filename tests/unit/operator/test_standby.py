@@ -7,6 +7,7 @@ import socket
 
 import aiohttp
 
+from kubegang.operator._health import serve_health
 from kubegang.operator._standby import stand_by, until_lost
 
 
@@ -25,34 +26,36 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def test_a_standby_answers_liveness_until_it_leads_then_frees_the_port() -> None:
+async def _healthz(session: aiohttp.ClientSession, port: int) -> int:
+    for _ in range(50):
+        try:
+            async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                return resp.status
+        except aiohttp.ClientConnectionError:
+            await asyncio.sleep(0.02)
+    raise AssertionError("/healthz never answered")
+
+
+async def test_liveness_is_answered_while_standing_by_and_after_taking_the_lead() -> None:
     elector, port = Elector(), _free_port()
-    standing = asyncio.create_task(stand_by(elector, health_port=port, host="127.0.0.1"))
-    async with aiohttp.ClientSession() as session:
-        for _ in range(50):
-            try:
-                async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
-                    assert resp.status == 200
-                    break
-            except aiohttp.ClientConnectionError:
-                await asyncio.sleep(0.02)
-        else:
-            raise AssertionError("the standby never answered /healthz")
+    async with serve_health(port, host="127.0.0.1"), aiohttp.ClientSession() as session:
+        standing = asyncio.create_task(stand_by(elector))
+        assert await _healthz(session, port) == 200
         assert not standing.done()
         elector.leading.set()
         await asyncio.wait_for(standing, 2)
-    with socket.socket() as s:  # Kopf's liveness endpoint (a server: SO_REUSEADDR) takes the port next
+        assert await _healthz(session, port) == 200
+    with socket.socket() as s:  # given back on exit
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))
         s.listen()
 
 
 async def test_a_leader_that_stops_holding_the_lease_stops_its_watches() -> None:
-    elector, stop = Elector(), asyncio.Event()
+    elector = Elector()
     elector.leading.set()
-    watching = asyncio.create_task(until_lost(elector, stop))
+    watching = asyncio.create_task(until_lost(elector))
     await asyncio.sleep(0.05)
-    assert not stop.is_set()
+    assert not watching.done()
     elector.holding = False  # past its renew deadline
     await asyncio.wait_for(watching, 2)
-    assert stop.is_set()

@@ -1,0 +1,71 @@
+"""The reflector's own rules: one object its sink cannot take does not stop the stream, a relist sends
+the deletion of what vanished as the stub it kept (not the body), and an unselected optional collection's
+404 is 'not served', a 404 of a required one an error."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+import pytest
+
+from kubegang.listwatch import Collection, NotServed, Reflector, list_collection, name_of
+
+pytestmark = pytest.mark.asyncio(loop_scope="function")
+
+
+def _node(name: str, rv: str = "1") -> dict[str, Any]:
+    return {"metadata": {"name": name, "resourceVersion": rv, "labels": {"a": "b"}},
+            "spec": {"podCIDR": "10.0.0.0/24"}, "status": {"capacity": {"cpu": "128"}}}
+
+
+def _client(handler: Any) -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(transport=httpx2.MockTransport(handler), base_url="https://api")
+
+
+async def test_a_sink_that_fails_on_one_object_does_not_stop_the_stream() -> None:
+    events = [{"type": "ADDED", "object": _node(n, str(i + 11))} for i, n in enumerate(["a", "bad", "c"])]
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, content="\n".join(json.dumps(e) for e in events).encode())
+
+    seen: list[str] = []
+
+    def sink(kind: str, obj: dict[str, Any]) -> None:
+        if name_of(obj) == "bad":
+            raise KeyError("spec.whatever")
+        seen.append(name_of(obj))
+
+    reflector = Reflector(_client(handler), Collection("nodes", "/api/v1/nodes", name_of), sink)
+    assert await reflector.watch_once("10") == "13"
+    assert seen == ["a", "c"]
+
+
+async def test_a_relist_sends_the_deletion_of_what_vanished_as_its_stub() -> None:
+    items = [_node("a"), _node("b")]
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, json={"items": items, "metadata": {"resourceVersion": "5"}})
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    reflector = Reflector(_client(handler), Collection("nodes", "/api/v1/nodes", name_of),
+                          lambda kind, obj: sent.append((kind, obj)))
+    assert await reflector.relist() == "5"
+    assert [(k, name_of(o)) for k, o in sent] == [("ADDED", "a"), ("ADDED", "b")]
+    items.pop()
+    sent.clear()
+    await reflector.relist()
+    assert [(k, name_of(o)) for k, o in sent] == [("DELETED", "b"), ("MODIFIED", "a")]
+    assert sent[0][1] == {"metadata": {"name": "b", "labels": {"a": "b"}}}
+
+
+async def test_a_404_is_not_served_only_for_an_optional_collection() -> None:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(404, text="404 page not found")
+
+    client = _client(handler)
+    with pytest.raises(NotServed):
+        await list_collection(client, Collection("rayclusters", "/apis/ray.io/v1/rayclusters", optional=True))
+    with pytest.raises(httpx2.HTTPStatusError):
+        await list_collection(client, Collection("nodes", "/api/v1/nodes", name_of))

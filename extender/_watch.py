@@ -33,6 +33,7 @@ from kubegang.listwatch import (
     Gone,
     NotServed,
     Reflector,
+    Sink,
     api_client,
     list_collection,
     name_of,
@@ -42,12 +43,6 @@ from kubegang.listwatch import (
 __all__ = ["GPUJOBS", "GPUNODES", "NODES", "PODS", "ClusterFeed", "Gone", "api_client", "gpunode_status"]
 
 log = logging.getLogger(__name__)
-
-Resource = Collection
-"""A watched collection (``kubegang.listwatch.Collection``)."""
-
-_name = name_of
-_uid = uid_of
 
 NODES = Collection("nodes", "/api/v1/nodes", name_of)
 GPUNODES = Collection("gpunodes", "/apis/kubegang.io/v1alpha1/gpunodes", name_of, optional=True)
@@ -64,7 +59,7 @@ def gpunode_status(obj: dict[str, Any]) -> GPUNodeStatus | None:
     try:
         return GPUNodeStatus.model_validate(status)
     except ValidationError as exc:
-        log.warning("GPUNode %s has an invalid status, ignored: %s", _name(obj), exc)
+        log.warning("GPUNode %s has an invalid status, ignored: %s", name_of(obj), exc)
         return None
 
 
@@ -93,7 +88,7 @@ class ClusterFeed:
     def _restarted(self, name: str, why: str) -> None:
         self.metrics.watch_restarts.labels(name, why).inc()
 
-    def _sink(self, resource: Resource) -> Any:
+    def _sink(self, resource: Collection) -> Sink:
         return lambda kind, obj: self._into_ledger(resource, kind, obj)
 
     async def requeue(self, pods: list[tuple[str, str]]) -> int:
@@ -123,7 +118,7 @@ class ClusterFeed:
             log.info("reserved GPUs were freed: asked kube-scheduler to retry %d waiting GPU pod(s)", done)
         return done
 
-    async def list(self, resource: Resource) -> tuple[list[dict[str, Any]], str]:
+    async def list(self, resource: Collection) -> tuple[list[dict[str, Any]], str]:
         """Every object of ``resource`` (all pages) and the list's resourceVersion; none where the
         API server does not serve an optional one yet."""
         try:
@@ -135,7 +130,7 @@ class ClusterFeed:
         """List every resource and load the ledger at once; returns each resourceVersion."""
         (nodes, nrv), (gpunodes, grv), (pods, prv), (jobs, jrv) = await asyncio.gather(
             self.list(NODES), self.list(GPUNODES), self.list(PODS), self.list(GPUJOBS))
-        statuses = {_name(o): s for o in gpunodes if (s := gpunode_status(o)) is not None}
+        statuses = {name_of(o): s for o in gpunodes if (s := gpunode_status(o)) is not None}
         self.ledger.replace_all(nodes, statuses, pods, jobs)
         for resource, items in ((NODES, nodes), (GPUNODES, gpunodes), (PODS, pods), (GPUJOBS, jobs)):
             self.reflectors[resource.name].seed(items)
@@ -145,11 +140,11 @@ class ClusterFeed:
         gc.freeze()
         return {"nodes": nrv, "gpunodes": grv, "pods": prv, "gpujobs": jrv}
 
-    def apply(self, resource: Resource, kind: str, obj: dict[str, Any]) -> None:
+    def apply(self, resource: Collection, kind: str, obj: dict[str, Any]) -> None:
         """One watch event into the ledger (and into what the resource's reflector knows)."""
         self.reflectors[resource.name].apply(kind, obj)
 
-    def _into_ledger(self, resource: Resource, kind: str, obj: dict[str, Any]) -> None:
+    def _into_ledger(self, resource: Collection, kind: str, obj: dict[str, Any]) -> None:
         key = resource.key(obj)
         if kind == "DELETED":
             if resource is NODES:
@@ -169,11 +164,11 @@ class ClusterFeed:
         else:
             self.ledger.upsert_pod(obj)
 
-    async def resync(self, resource: Resource) -> str:
+    async def resync(self, resource: Collection) -> str:
         """Relist one resource and apply the difference; returns the new resourceVersion."""
         return await self.reflectors[resource.name].relist()
 
-    async def watch_once(self, resource: Resource, rv: str) -> str:
+    async def watch_once(self, resource: Collection, rv: str) -> str:
         """Follow one watch stream to its end; returns the last resourceVersion seen."""
         return await self.reflectors[resource.name].watch_once(rv)
 

@@ -35,9 +35,6 @@ log = logging.getLogger("kubegang.operator.kube")
 GPUJobResource = create_namespaced_resource("kubegang.io", "v1alpha1", "GPUJob", "gpujobs")
 GPUQueueResource = create_global_resource("kubegang.io", "v1alpha1", "GPUQueue", "gpuqueues")
 RayClusterResource = create_namespaced_resource("ray.io", "v1", "RayCluster", "rayclusters")
-# Kubernetes 1.36's own pod groups (alpha, feature gate GenericWorkload): only read, never written.
-PodGroupResource = create_namespaced_resource("scheduling.k8s.io", "v1alpha2", "PodGroup", "podgroups")
-WorkloadResource = create_namespaced_resource("scheduling.k8s.io", "v1alpha2", "Workload", "workloads")
 FIELD_MANAGER = "kubegang-operator"
 
 MAX_IN_FLIGHT = 20

@@ -263,10 +263,6 @@ class Reflector:
         listed as empty."""
         return await self.synced(wait_until_served=False)
 
-    async def run(self) -> None:
-        """List, then follow, forever."""
-        await self.follow(await self.synced())
-
     def _restarted(self, why: str) -> None:
         if self.restarted is not None:
             self.restarted(self.collection.name, why)

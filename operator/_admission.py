@@ -187,6 +187,16 @@ class Admission:
         """Record an Event without waiting for it (Events are for humans; decisions do not wait)."""
         self._spawn(self.kube.event(job, reason, message, warning=warning))
 
+    def abandon(self) -> None:
+        """Cancel every gang creation and Event under way: this replica stops leading (its fence would
+        refuse their writes) or stops; the next leader decides those jobs again from the API."""
+        for task in (*self._creating.values(), *self._background):
+            task.cancel()
+
+    async def abandoned(self) -> None:
+        """Wait until what ``abandon`` cancelled has ended (before the clients it uses are closed)."""
+        await asyncio.gather(*self._creating.values(), *self._background, return_exceptions=True)
+
     async def settle(self) -> None:
         """Wait for every gang in creation, Event and queued status write (tests, shutdown)."""
         while self._creating or self._background:
@@ -275,9 +285,10 @@ class Admission:
             with _timed("record"):
                 await self.writer.write(job, status, fenced=True)
         except Exception as exc:
-            if isinstance(exc, NotLeading) or (isinstance(exc, ApiError) and exc.status.code == 409):
+            if isinstance(exc, NotLeading) or (isinstance(exc, ApiError) and exc.status.code in (404, 409)):
                 # Fenced: this replica lost the Lease, or the job changed (another leader's decision,
-                # a user's edit) since it was read. Nothing was written; the job is decided again.
+                # a user's edit) or was deleted since it was read. Nothing was written; the job, if
+                # it still exists, is decided again.
                 log.warning("admission of %s not recorded (%s); undoing", job.key, exc)
             else:
                 log.exception("recording the admission of %s failed; undoing", job.key)

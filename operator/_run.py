@@ -4,15 +4,19 @@ Three long-lived tasks: the Lease campaign, the leader's loop, and the watches (
 only the leader runs (a standby campaigns and answers /healthz, nothing else: ``_standby``). On
 SIGINT/SIGTERM the tasks are cancelled and the Lease is given up, so the standby takes over at once
 instead of after the lease expires; when the leader loses the Lease, ``run`` raises
-``LostLeadership``, so the process exits and comes back as a fresh standby.
+``LostLeadership``, so the process exits and comes back as a fresh standby: within
+``EXIT_GRACE_SECONDS``, whatever is still stopping (``exit_after``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
+import os
 import signal
+import threading
 from collections.abc import Awaitable
 
 from lightkube.core.exceptions import ConfigError
@@ -34,6 +38,34 @@ from kubegang.operator._watches import CacheFeed
 from kubegang.quota import BackfillPolicy
 
 log = logging.getLogger("kubegang.operator")
+
+EXIT_GRACE_SECONDS = 5.0
+"""How long a replica that lost the Lease may take to cancel its tasks and close its clients before it
+is made to exit. Nothing needs that cleanup (the fence refuses every write it still tries), and a
+fenced process that lingers keeps its Pod from being restarted as a standby; client-go's leaders exit
+at once."""
+
+
+def exit_after(seconds: float, status: int) -> threading.Timer:
+    """Exit the process with ``status`` in ``seconds`` unless it has exited by then.
+
+    The graceful path (cancel, close, ``asyncio.run``'s own teardown) has no bound of its own: a task
+    that outlives its cancellation or a thread stuck in a blocking call would hold it. The stacks
+    are written to stderr first, so a slow stop can be diagnosed.
+    """
+
+    def force() -> None:
+        log.error("still stopping after %.0fs: exiting now (status %d); the threads' stacks follow", seconds, status)
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        faulthandler.dump_traceback(all_threads=True)
+        os._exit(status)
+
+    timer = threading.Timer(seconds, force)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def placement_client(settings: OperatorSettings) -> PlacementClient:
@@ -135,13 +167,16 @@ async def run(settings: OperatorSettings) -> None:
             background.append(asyncio.create_task(feed.run(), name="kubegang-watches"))
             await first_of(until_lost(elector), stop.wait())
             if not stop.is_set():
+                exit_after(EXIT_GRACE_SECONDS, 1)
                 raise LostLeadership(f"{settings.identity} lost the Lease")
     finally:
+        admission.abandon()
         for task in background:
             task.cancel()
         for task in background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await admission.abandoned()
         await admission.writer.close()
         await elector.release()
         await extender.close()

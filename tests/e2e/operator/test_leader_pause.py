@@ -73,6 +73,8 @@ def test_a_leader_paused_past_its_lease_writes_nothing_when_it_wakes(ops: Any, r
     ops.cluster.wait_for("the woken replica to exit", lambda: not processes.alive(pid), timeout=20, interval=0.5)
     woke = log.read_text(errors="replace")[log_start:]
     assert "lost the Lease" in woke, woke[-2000:]
+    # Past 5 s of stopping, it is made to exit and writes its stacks: say so, to find what held it.
+    print(f"FIGURE woken replica's exit forced by the grace bound: {'still stopping after' in woke}")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # ten seconds of audit after the wake-up
         assert _metric(other_port, "kubegang_operator_is_leader") == 1, "the other replica must lead"

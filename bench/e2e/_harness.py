@@ -200,8 +200,10 @@ def apiserver_window(before: dict[str, float], after: dict[str, float], jobs: in
     writes = {k: n for k, n in sorted(counts.items(), key=lambda kv: -kv[1]) if n > 0 and k.split()[0] in WRITE_VERBS}
     busy = {k.removeprefix("seconds "): round(s, 2) for k, s in sorted(delta.items(), key=lambda kv: -kv[1])
             if k.startswith("seconds ") and s > 0.005}
+    reads = {k: n for k, n in sorted(counts.items(), key=lambda kv: -kv[1])
+             if n > 0 and k.split()[0] in ("GET", "LIST")}
     total = sum(writes.values())
-    return {"writes": writes, "writes_total": total,
+    return {"writes": writes, "writes_total": total, "reads": reads,
             "writes_per_job": round(total / jobs, 2) if jobs else None,
             "writes_per_pod": round(total / pods, 2) if pods else None,
             "request_seconds": busy, "request_seconds_total": round(sum(busy.values()), 2)}

@@ -48,6 +48,7 @@ from kubegang.topology import (
     TopologyIndex,
     TopologyLabels,
     compile_index,
+    with_node_facts,
 )
 
 log = logging.getLogger(__name__)
@@ -359,8 +360,31 @@ class LedgerState:
             self._infos.pop(name, None)
         else:
             self._infos[name] = info
-        if mark:
+        if mark and not (info is not None and self._swap_node_facts(info)):
             self._dirty = True
+
+    def _swap_node_facts(self, info: NodeInfo) -> bool:
+        """Apply a change of only taints or cordon in place (no recompile, no replay); False when the
+        change is structural or a rebuild is due anyway. A flapping node costs a lookup, not O(nodes)."""
+        if self._dirty:
+            return False
+        index = with_node_facts(self._topology, info)
+        if index is None:
+            return False
+        self._topology = index
+        self._snapshot.use_topology(index)
+        n = index.node_number[info.name]
+        self._taint_class[n] = self._taint_class_of(info)
+        return True
+
+    def _taint_class_of(self, node: NodeInfo) -> int:
+        """The index in ``_taint_classes`` of the node's hard taints (None: cordoned), added if new."""
+        key = None if node.unschedulable else tuple(t for t in node.taints if t.effect in _HARD_EFFECTS)
+        try:
+            return self._taint_classes.index(key)
+        except ValueError:
+            self._taint_classes.append(key)
+            return len(self._taint_classes) - 1
 
     def _release_reserved(self, snap: Snapshot, job: str) -> None:
         reservation = self._reservations.get(job)
@@ -443,12 +467,8 @@ class LedgerState:
             if held.uid in self._displaced_pods:
                 self._unplaced.setdefault(held.uid, "its planned GPUs are held by a pod kubegang did not place")
         self._snapshot = snap
-        classes: dict[tuple[Taint, ...] | None, int] = {}
-        self._taint_class = [
-            classes.setdefault(None if node.unschedulable else
-                               tuple(t for t in node.taints if t.effect in _HARD_EFFECTS), len(classes))
-            for node in self._topology.nodes]
-        self._taint_classes = list(classes)
+        self._taint_classes = []
+        self._taint_class = [self._taint_class_of(node) for node in self._topology.nodes]
         self._pod_room = [node.max_pods or sys.maxsize for node in self._topology.nodes]
         self._dirty = False
 

@@ -221,6 +221,14 @@ class Snapshot:
             raise AllocationError(f"node {self.topology.nodes[n].name!r} has no GPU {gpu}")
         return position
 
+    def use_topology(self, topology: TopologyIndex) -> None:
+        """Swap in an index of the same nodes and structure whose nodes' facts changed
+        (``with_node_facts``: taints, cordons); the per-node state and checkpoints stay valid."""
+        if topology.node_number is not self.topology.node_number or topology.domain_of is not self.topology.domain_of:
+            raise ValueError("use_topology needs an index made from this one by with_node_facts")
+        self.topology = topology
+        self.capacity.topology = topology
+
     def _check(self, a: Allocation) -> None:
         if a.pod in self._held.get(a.owner, {}):
             raise AllocationError(f"pod {a.pod} of {a.owner!r} is already allocated")

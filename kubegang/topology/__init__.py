@@ -27,7 +27,7 @@ from kubegang.topology._graph import (
     domain_chain,
     validate_graph,
 )
-from kubegang.topology._index import FABRIC_LEVELS, TopologyIndex, compile_index, level_span
+from kubegang.topology._index import FABRIC_LEVELS, TopologyIndex, compile_index, level_span, with_node_facts
 from kubegang.topology._labels import PRESETS, TopologyLabels
 from kubegang.topology._layouts import DUMP_LAYOUTS, LAYOUTS, GpuLayout, layout
 from kubegang.topology._model import GPUInfo, NodeInfo, Taint
@@ -60,4 +60,5 @@ __all__ = [
     "level_span",
     "uniform_fabric",
     "validate_graph",
+    "with_node_facts",
 ]

@@ -14,6 +14,7 @@ the fabric (nodes without NVLink or leaf labels add nothing above the node level
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -114,6 +115,26 @@ def compile_index(nodes: Iterable[NodeInfo], labels: TopologyLabels | None = Non
         labels=labels,
         graph=graph,
     )
+
+
+def with_node_facts(index: TopologyIndex, node: NodeInfo) -> TopologyIndex | None:
+    """``index`` with ``node``'s taints and cordon as given, or None if anything else about it differs.
+
+    Taints and cordons come and go (a node whose heartbeats are late is tainted and untainted again
+    by kube-controller-manager) without changing the fabric, the GPUs or the domains; only the static
+    checks read them, from ``nodes``. Compiling the index again costs O(nodes) in a graph library per
+    change, which under such flapping was most of the extender's CPU on 1,024 nodes. None also when
+    the node is not in ``index`` or was compiled differently (degraded), so the caller compiles.
+    """
+    n = index.node_number.get(node.name)
+    if n is None:
+        return None
+    compiled = index.nodes[n]
+    if dataclasses.replace(compiled, taints=node.taints, unschedulable=node.unschedulable) != node:
+        return None
+    nodes = list(index.nodes)
+    nodes[n] = node
+    return dataclasses.replace(index, nodes=tuple(nodes))
 
 
 def level_span(index: TopologyIndex, node_numbers: Sequence[int]) -> tuple[Level, int]:

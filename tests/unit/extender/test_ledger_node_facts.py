@@ -89,7 +89,7 @@ def test_in_place_changes_answer_as_a_ledger_rebuilt_from_the_same_objects(seed:
     live = Ledger()
     nodes = {name: _node(name) for name in NODES}
     pods: dict[str, dict[str, Any]] = {}
-    for name, body in nodes.items():
+    for body in nodes.values():
         live.upsert_node(body)
     for step in range(40):
         if rng.random() < 0.3:

@@ -233,8 +233,8 @@ def _exists(target: Target, path: str) -> bool:
         return c.get(path).status_code == 200
 
 
-def _pods_left(target: Target, namespace: str) -> int:
-    items, _ = kube.list_items(target.api, PODS.format(ns=namespace))
+def _left(target: Target, path: str) -> int:
+    items, _ = kube.list_items(target.api, path)
     return len(items)
 
 
@@ -246,16 +246,19 @@ def _delete_all(target: Target, path: str) -> None:
 def cleanup(target: Target, namespace: str, gpujobs: bool, timeout: float = 300) -> float:
     """Delete jobs (first, so nothing recreates pods), pods and the namespace; wait until no pod is left."""
     t0 = time.monotonic()
-    if gpujobs:
-        _delete_all(target, GPUJOBS.format(ns=namespace))
 
-    def gone() -> bool:
+    def gone(path: str) -> Callable[[], bool]:
         # A big collection outlasts the API server's request timeout, which then drops the call
-        # half done: ask again until nothing is left.
-        _delete_all(target, PODS.format(ns=namespace))
-        return _pods_left(target, namespace) == 0
+        # half done: ask again until nothing is left. Every GPUJob goes before any pod: a job whose
+        # pods are deleted under it is requeued and admitted again, and its pods come back.
+        def check() -> bool:
+            _delete_all(target, path)
+            return _left(target, path) == 0
+        return check
 
-    kube.wait_until(f"pods of {namespace} deleted", gone, timeout, 1.0)
+    if gpujobs:
+        kube.wait_until(f"GPUJobs of {namespace} deleted", gone(GPUJOBS.format(ns=namespace)), timeout, 1.0)
+    kube.wait_until(f"pods of {namespace} deleted", gone(PODS.format(ns=namespace)), timeout, 1.0)
     kube.kubectl(target.kubectl, target.kubeconfig, "delete", "namespace", namespace, "--wait=false")
     return round(time.monotonic() - t0, 1)
 

@@ -367,6 +367,13 @@ def up(paths: Paths, shapes: list[str], timeout: float) -> None:
         f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
         "--use-service-account-credentials=true", "--kube-api-qps=300", "--kube-api-burst=600",
         "--concurrent-gc-syncs=20", WORKLOAD_GATE, "--v=1",
+        # Fake nodes on a shared 2-core machine: kwok's Lease renewals run late when a burst saturates
+        # the API server, and after 50 s (the default) kube-controller-manager marks the nodes and
+        # their pods NotReady, taints them, and every controller then works through that churn (a
+        # full-size kubegang half saw 456 to 4,552 such node writes from one run to the next, the
+        # plain half none). A real kubelet's heartbeats do not queue behind the burst; nothing here
+        # waits for a fake node to fail.
+        "--node-monitor-grace-period=180s",
     ], restart=True)
     write_scheduler_config(paths, None)
     start_scheduler(paths)

@@ -93,9 +93,9 @@ class LedgerState:
         against (FGD); it outlives every snapshot rebuild, so its memoised values do too."""
         self._snapshot = Snapshot(self._topology, workload=self._mix)
         self._taint_class: list[int] = []
-        """Per node number: index into ``_taint_classes``."""
-        self._taint_classes: list[tuple[Taint, ...] | None] = []
-        """Distinct hard-taint sets of the nodes; None for cordoned nodes."""
+        """Per node number: the number of its class in ``_taint_classes``."""
+        self._taint_classes: dict[tuple[Taint, ...] | None, int] = {}
+        """Distinct hard-taint sets of the nodes (None for cordoned nodes) -> their class number, in order."""
         self._pod_room: list[int] = []
         """Per node number: pod limit, or ``sys.maxsize`` when unknown."""
         self._waiting: dict[str, tuple[str, str]] = {}
@@ -378,13 +378,9 @@ class LedgerState:
         return True
 
     def _taint_class_of(self, node: NodeInfo) -> int:
-        """The index in ``_taint_classes`` of the node's hard taints (None: cordoned), added if new."""
+        """The number of the node's hard-taint class (None: cordoned), numbered in order of first sight."""
         key = None if node.unschedulable else tuple(t for t in node.taints if t.effect in _HARD_EFFECTS)
-        try:
-            return self._taint_classes.index(key)
-        except ValueError:
-            self._taint_classes.append(key)
-            return len(self._taint_classes) - 1
+        return self._taint_classes.setdefault(key, len(self._taint_classes))
 
     def _release_reserved(self, snap: Snapshot, job: str) -> None:
         reservation = self._reservations.get(job)
@@ -467,7 +463,7 @@ class LedgerState:
             if held.uid in self._displaced_pods:
                 self._unplaced.setdefault(held.uid, "its planned GPUs are held by a pod kubegang did not place")
         self._snapshot = snap
-        self._taint_classes = []
+        self._taint_classes = {}
         self._taint_class = [self._taint_class_of(node) for node in self._topology.nodes]
         self._pod_room = [node.max_pods or sys.maxsize for node in self._topology.nodes]
         self._dirty = False

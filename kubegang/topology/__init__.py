@@ -6,6 +6,7 @@ Public API::
     TopologyLabels, PRESETS             which labels name leaf / spine / block (cloud presets)
     build_graph, validate_graph         the networkx tree, checked (TopologyError)
     compile_index -> TopologyIndex      integer arrays for the hot path
+    with_node_facts                     the same index with one node's taints / cordon swapped in
     CapacityIndex                       free GPUs per flavour/level/domain, updated in O(levels)
     uniform_fabric                      regular fabrics for tests, benchmarks and the simulator
     GpuLayout, LAYOUTS, DUMP_LAYOUTS    how a board's GPUs are wired (NUMA, PCIe switch, NVLink)

@@ -4,7 +4,8 @@ The leader creates every pod through ``lightkube.AsyncClient.create``, which tur
 ``Pod`` dataclass, back into a dict for the request, and decodes the answer into a ``Pod`` again. A
 profile shows ``KubeApi.create`` as the leader's largest task, so before replacing the model with a
 plain-dict resource this measures what the model itself costs: the same round trip done both ways
-(no network, a realistic gang pod and a realistic answer with defaults, status and managedFields).
+(no network; a pod rendered by the operator's ``build_gang`` and a realistic answer with defaults,
+status and managedFields).
 """
 
 from __future__ import annotations
@@ -14,11 +15,17 @@ import copy
 import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import yaml
 from lightkube import codecs
 from lightkube.generic_resource import GenericNamespacedResource, create_api_info
 from lightkube.resources.core_v1 import Pod
+
+from kubegang.api import Placement, ReplicaPlacement
+from kubegang.operator._gang_objects import build_gang
+from kubegang.operator._job import job_view
 
 
 class _DictPod(GenericNamespacedResource):
@@ -27,30 +34,18 @@ class _DictPod(GenericNamespacedResource):
     _api_info = create_api_info("", "v1", "Pod", "pods")
 
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpujob-torchrun.yaml"
+"""The GPUJob whose first pod is measured: a shipped example, rendered by the operator's own code."""
+
+
 def gang_pod() -> dict[str, Any]:
-    """A pod as the operator writes it for a 4-GPU gang member."""
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {
-            "name": "job-1-worker-0", "namespace": "team-a",
-            "labels": {"kubegang.io/job": "job-1", "kubegang.io/gang": "job-1", "kubegang.io/index": "0"},
-            "annotations": {"kubegang.io/placement": "node-1:0,1,2,3", "kubegang.io/attempt": "0"},
-            "ownerReferences": [{"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob", "name": "job-1",
-                                 "uid": "1234-5678", "controller": True, "blockOwnerDeletion": True}],
-        },
-        "spec": {
-            "schedulerName": "kubegang", "nodeSelector": {"kubernetes.io/hostname": "node-1"},
-            "restartPolicy": "Never",
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "containers": [{
-                "name": "main", "image": "busybox", "command": ["sleep", "30"],
-                "env": [{"name": n, "value": v} for n, v in
-                        (("MASTER_ADDR", "job-1-worker-0.job-1"), ("MASTER_PORT", "29500"),
-                         ("WORLD_SIZE", "4"), ("RANK", "0"))],
-                "resources": {"limits": {"nvidia.com/gpu": "4"}, "requests": {"nvidia.com/gpu": "4", "cpu": "1"}},
-            }],
-        },
-    }
+    """The first pod the operator's ``build_gang`` writes for ``EXAMPLE``, its replicas on 8-GPU nodes."""
+    body = next(doc for doc in yaml.safe_load_all(EXAMPLE.read_text()) if doc and doc.get("kind") == "GPUJob")
+    body["metadata"].setdefault("namespace", "team-a")
+    body["metadata"].setdefault("uid", "1234-5678")
+    job = job_view(body)
+    slots = [ReplicaPlacement(index=i, node=f"node-{i}", gpus=list(range(8))) for i in range(job.replicas)]
+    return build_gang(job, Placement(pods=slots, domain="leaf-1")).pods[0]
 
 
 def api_answer(pod: dict[str, Any]) -> str:

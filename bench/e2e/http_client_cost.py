@@ -28,7 +28,8 @@ from pathlib import Path
 import aiohttp
 import httpx2
 
-IN_FLIGHT = 20
+from kubegang.operator._kube import MAX_IN_FLIGHT as IN_FLIGHT
+
 PATH = "/api/v1/namespaces/team-a/pods"
 PAYLOAD = json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {"containers": []}})
 

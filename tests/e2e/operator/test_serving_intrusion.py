@@ -45,6 +45,13 @@ def _gpus(pod: dict[str, Any]) -> int:
     return int(limits.get("nvidia.com/gpu", 0))
 
 
+def _who(pod: dict[str, Any]) -> str:
+    """Names a pod on an over-committed node with what tells a real double booking from a passing one."""
+    meta = pod["metadata"]
+    deleting = " deleting" if meta.get("deletionTimestamp") else ""
+    return f"{meta['namespace']}/{meta['name']} {pod['status'].get('phase')}{deleting}"
+
+
 @contextmanager
 def _audit(ops: Any, serving_ns: str) -> Iterator[Audit]:
     audit = Audit()
@@ -54,18 +61,22 @@ def _audit(ops: Any, serving_ns: str) -> Iterator[Audit]:
     def sample() -> None:
         last = time.monotonic()
         while not stop.is_set():
-            pods = [p for ns in (ops.namespace, serving_ns)
-                    for p in ops.cluster.get_json("pods", "-n", ns)["items"]
-                    if p["spec"].get("nodeName") and p.get("status", {}).get("phase") in ("Pending", "Running")]
+            # One list of every namespace is one consistent read (a single resourceVersion); a list per
+            # namespace would pair a gang pod deleted in between with the serving pod that took its node.
+            pods = [p for p in ops.cluster.get_json("pods", "-A")["items"]
+                    if p["metadata"]["namespace"] in (ops.namespace, serving_ns)
+                    and p["spec"].get("nodeName") and p.get("status", {}).get("phase") in ("Pending", "Running")]
             now = time.monotonic()
-            per_node: dict[str, int] = {}
+            per_node: dict[str, list[dict[str, Any]]] = {}
             bound: dict[str, int] = {}
             for pod in pods:
-                per_node[pod["spec"]["nodeName"]] = per_node.get(pod["spec"]["nodeName"], 0) + _gpus(pod)
+                per_node.setdefault(pod["spec"]["nodeName"], []).append(pod)
                 job = pod["metadata"].get("labels", {}).get("kubegang.io/job-name")
                 if job:
                     bound[job] = bound.get(job, 0) + 1
-            audit.overcommitted += [f"{n}: {g}" for n, g in per_node.items() if g > GPUS]
+            audit.overcommitted += [
+                f"{node}: {sum(map(_gpus, on))} ({', '.join(_who(p) for p in on)})"
+                for node, on in per_node.items() if sum(map(_gpus, on)) > GPUS]
             for job, count in bound.items():
                 if count < REPLICAS:
                     audit.partial_gpu_seconds += count * GPUS * (now - last)

@@ -32,8 +32,6 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from lightkube.core.exceptions import ApiError
-
 from kubegang.admission import (
     AdmissionCycle,
     Admit,
@@ -65,6 +63,7 @@ from kubegang.operator._leader import NotLeading
 from kubegang.operator._ports import KubePort, PlacementPort, QuotaPort
 from kubegang.operator._sources import SourceBridge
 from kubegang.operator._status_writer import StatusWriter
+from kubegang.restclient import ApiStatusError
 
 log = logging.getLogger("kubegang.operator.admission")
 
@@ -285,7 +284,7 @@ class Admission:
             with _timed("record"):
                 await self.writer.write(job, status, fenced=True)
         except Exception as exc:
-            if isinstance(exc, NotLeading) or (isinstance(exc, ApiError) and exc.status.code in (404, 409)):
+            if isinstance(exc, NotLeading) or (isinstance(exc, ApiStatusError) and exc.code in (404, 409)):
                 # Fenced: this replica lost the Lease, or the job changed (another leader's decision,
                 # a user's edit) or was deleted since it was read. Nothing was written; the job, if
                 # it still exists, is decided again.

@@ -1,4 +1,4 @@
-"""``KubeApi``: every Kubernetes write the operator makes, in one thin module (lightkube, async).
+"""``KubeApi``: every Kubernetes write the operator makes, in one thin module (``RestClient``, async).
 
 Each call has a timeout (the client's) and passes a client-side token bucket with an urgent and a
 background lane, so a burst of 500 jobs cannot flood the API server and reports never delay
@@ -18,33 +18,46 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-import httpx2
-from lightkube import AsyncClient, KubeConfig, codecs
-from lightkube.core.exceptions import ApiError
-from lightkube.generic_resource import create_global_resource, create_namespaced_resource
-from lightkube.resources.core_v1 import ConfigMap, Pod, Service
-from lightkube.types import PatchType
-
 from kubegang.operator import _metrics as metrics
 from kubegang.operator._conditions import now_rfc3339
 from kubegang.operator._job import JobView
 from kubegang.operator._leader import NotLeading
+from kubegang.restclient import MERGE_PATCH, ApiStatusError, RestClient, rest_client
 
 log = logging.getLogger("kubegang.operator.kube")
 
-GPUJobResource = create_namespaced_resource("kubegang.io", "v1alpha1", "GPUJob", "gpujobs")
-GPUQueueResource = create_global_resource("kubegang.io", "v1alpha1", "GPUQueue", "gpuqueues")
-RayClusterResource = create_namespaced_resource("ray.io", "v1", "RayCluster", "rayclusters")
 FIELD_MANAGER = "kubegang-operator"
 
 MAX_IN_FLIGHT = 20
-"""API calls under way at once: as many as the HTTP client keeps alive (httpx's default pool keeps 20),
-so a 64-pod gang does not open connections beyond the pool that are closed after one call: in a
-500-job burst a fifth of the leader's pod-creation CPU was TLS handshakes of such connections (py-spy),
-and each one cost the API server a handshake too."""
+"""API calls under way at once, and the connections the client keeps alive: a 64-pod gang opens no
+connection that is closed after one call (in a 500-job burst a fifth of the leader's pod-creation CPU
+was TLS handshakes of such connections, py-spy, and each cost the API server a handshake too)."""
 
-_KINDS: dict[str, Any] = {"Pod": Pod, "Service": Service, "ConfigMap": ConfigMap, "GPUJob": GPUJobResource,
-                          "RayCluster": RayClusterResource}
+_COLLECTIONS: dict[str, tuple[str, str]] = {
+    "Pod": ("/api/v1", "pods"),
+    "Service": ("/api/v1", "services"),
+    "ConfigMap": ("/api/v1", "configmaps"),
+    "Event": ("/api/v1", "events"),
+    "GPUJob": ("/apis/kubegang.io/v1alpha1", "gpujobs"),
+    "GPUQueue": ("/apis/kubegang.io/v1alpha1", "gpuqueues"),
+    "RayCluster": ("/apis/ray.io/v1", "rayclusters"),
+}
+"""Kind -> (group-version prefix, plural) of every kind the operator writes."""
+
+
+def object_path(kind: str, namespace: str, name: str | None = None, subresource: str | None = None) -> str:
+    """The REST path of a collection (``name`` None) or an object of ``kind``; cluster-scoped when
+    ``namespace`` is empty."""
+    try:
+        prefix, plural = _COLLECTIONS[kind]
+    except KeyError:
+        raise ValueError(f"kind {kind!r}: the operator writes only {sorted(_COLLECTIONS)}") from None
+    path = f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
+    if name is not None:
+        path += f"/{name}"
+    if subresource is not None:
+        path += f"/{subresource}"
+    return path
 
 
 class RateLimiter:
@@ -99,16 +112,15 @@ class RateLimiter:
                 await asyncio.sleep(max(1 - self._tokens, 1) / self.qps)
 
 
-def make_client(kubeconfig: str | None, *, timeout_seconds: float) -> AsyncClient:
-    """A lightkube AsyncClient from a kubeconfig file, or in-cluster / $KUBECONFIG when None."""
-    config = KubeConfig.from_file(kubeconfig) if kubeconfig else None
-    return AsyncClient(config=config, timeout=httpx2.Timeout(timeout_seconds), field_manager=FIELD_MANAGER)
+def make_client(kubeconfig: str | None, *, timeout_seconds: float) -> RestClient:
+    """The operator's writing client, from a kubeconfig file, or in-cluster / $KUBECONFIG when None."""
+    return rest_client(kubeconfig, timeout_seconds=timeout_seconds, limit=MAX_IN_FLIGHT)
 
 
 class KubeApi:
-    """KubePort over lightkube."""
+    """KubePort over ``RestClient``."""
 
-    def __init__(self, client: AsyncClient, limiter: RateLimiter, *, component: str = "kubegang-operator",
+    def __init__(self, client: RestClient, limiter: RateLimiter, *, component: str = "kubegang-operator",
                  fence: Callable[[], bool] = lambda: True, max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self.client = client
         self.limiter = limiter
@@ -135,30 +147,38 @@ class KubeApi:
         await self.limiter.acquire()
         async with self._sending(f"create {manifest.get('kind')} {manifest.get('metadata', {}).get('name')}"):
             try:
-                await self.client.create(codecs.from_dict(dict(manifest)))
-            except ApiError as exc:
-                if exc.status.code == 409:
+                await self._post(manifest)
+            except ApiStatusError as exc:
+                if exc.code == 409:
                     return False
                 raise
         return True
+
+    async def _post(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        namespace = str((manifest.get("metadata") or {}).get("namespace") or "")
+        path = object_path(str(manifest.get("kind")), namespace) + f"?fieldManager={FIELD_MANAGER}"
+        return await self.client.request("POST", path, manifest)
+
+    async def _merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self.client.request("PATCH", path + f"?fieldManager={FIELD_MANAGER}", body,
+                                         content_type=MERGE_PATCH)
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         await self.limiter.acquire()
         async with self._sending(f"delete {kind} {namespace}/{name}"):
             try:
-                await self.client.delete(_KINDS[kind], name, namespace=namespace)
-            except ApiError as exc:
-                if exc.status.code != 404:
+                await self.client.request("DELETE", object_path(kind, namespace, name))
+            except ApiStatusError as exc:
+                if exc.code != 404:
                     raise
 
     async def patch(self, kind: str, namespace: str, name: str, patch: Mapping[str, Any]) -> bool:
         await self.limiter.acquire()
         async with self._sending(f"patch {kind} {namespace}/{name}"):
             try:
-                await self.client.patch(_KINDS[kind], name, dict(patch), namespace=namespace,
-                                        patch_type=PatchType.MERGE)
-            except ApiError as exc:
-                if exc.status.code == 404:
+                await self._merge_patch(object_path(kind, namespace, name), patch)
+            except ApiStatusError as exc:
+                if exc.code == 404:
                     return False
                 raise
         return True
@@ -176,16 +196,14 @@ class KubeApi:
             if resource_version:
                 # A merge patch that names a resourceVersion is a precondition: 409 if the job moved on.
                 body["metadata"] = {"resourceVersion": resource_version}
-            written = await self.client.patch(
-                GPUJobResource.Status, job.name, body, namespace=job.namespace, patch_type=PatchType.MERGE
-            )
-        meta = getattr(written, "metadata", None)
-        return str(meta.resourceVersion) if meta is not None and meta.resourceVersion else None
+            written = await self._merge_patch(object_path("GPUJob", job.namespace, job.name, "status"), body)
+        version = (written.get("metadata") or {}).get("resourceVersion")
+        return str(version) if version else None
 
     async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
         await self.limiter.acquire(background=True)
         async with self._sending(f"status of GPUQueue {name}"):
-            await self.client.patch(GPUQueueResource.Status, name, {"status": dict(patch)}, patch_type=PatchType.MERGE)
+            await self._merge_patch(object_path("GPUQueue", "", name, "status"), {"status": dict(patch)})
 
     async def event(self, job: JobView, reason: str, message: str, *, warning: bool = False) -> None:
         await self.event_on({"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob", "name": job.name,
@@ -213,7 +231,7 @@ class KubeApi:
         try:
             await self.limiter.acquire(background=True)
             async with self._sending(f"event {reason} on {namespace}/{name}"):
-                await self.client.create(codecs.from_dict(manifest))
+                await self._post(manifest)
         except Exception as exc:
             # Events are for humans; losing one must not undo a scheduling decision.
             log.warning("could not record event %s on %s %s/%s: %s", reason, involved.get("kind"), namespace,

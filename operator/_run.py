@@ -19,6 +19,8 @@ import signal
 import threading
 from collections.abc import Awaitable
 
+import httpx2
+from lightkube import AsyncClient, KubeConfig
 from lightkube.core.exceptions import ConfigError
 
 from kubegang.admission import CycleSettings
@@ -111,6 +113,10 @@ async def run(settings: OperatorSettings) -> None:
     try:
         client = make_client(settings.kubeconfig, timeout_seconds=settings.api_timeout_seconds)
         watch_client = api_client(settings.kubeconfig, timeout_seconds=settings.api_timeout_seconds)
+        # The Lease is read and replaced every retry period, a few requests a second: lightkube's typed
+        # client keeps the election readable; the writes that scale with jobs go through ``client``.
+        lease_client = AsyncClient(config=KubeConfig.from_file(settings.kubeconfig) if settings.kubeconfig else None,
+                                   timeout=httpx2.Timeout(settings.api_timeout_seconds))
     except ConfigError as exc:
         raise ValueError(f"kubeconfig: {exc}") from None
     kube = KubeApi(client, RateLimiter(settings.api_qps, settings.api_burst))
@@ -130,7 +136,7 @@ async def run(settings: OperatorSettings) -> None:
     elector: LeaderElector | AlwaysLeader
     if settings.leader_election:
         elector = LeaderElector(
-            client,
+            lease_client,
             namespace=settings.namespace,
             identity=settings.identity,
             lease_duration_seconds=settings.lease_duration_seconds,
@@ -181,4 +187,5 @@ async def run(settings: OperatorSettings) -> None:
         await elector.release()
         await extender.close()
         await client.close()
+        await lease_client.close()
         await watch_client.aclose()

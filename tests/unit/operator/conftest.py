@@ -63,9 +63,6 @@ def job_body() -> Any:
 
 from collections.abc import Mapping, Sequence  # noqa: E402
 
-from lightkube.core.exceptions import ApiError  # noqa: E402
-from lightkube.models.meta_v1 import Status  # noqa: E402
-
 from kubegang.extender._authority import RepairOutcome, ReserveOutcome, WhatIfOutcome  # noqa: E402
 from kubegang.extender._ledger import Ledger  # noqa: E402
 from kubegang.operator._cache import ClusterCache  # noqa: E402
@@ -73,6 +70,7 @@ from kubegang.operator._extender_placement import ExtenderPlacement  # noqa: E40
 from kubegang.operator._job import JobView  # noqa: E402
 from kubegang.operator._quota_book import QuotaBook  # noqa: E402
 from kubegang.placement import GangRequest, Placement, PlanResult  # noqa: E402
+from kubegang.restclient import ApiStatusError  # noqa: E402
 
 
 class InProcessClient:
@@ -202,7 +200,7 @@ class FakeKube:
         """Like the API server: a named resourceVersion is a precondition (409 when the job moved on)."""
         current = self.versions.get(job.key, int(job.resource_version or 0))
         if resource_version is not None and resource_version != str(current):
-            raise ApiError(status=Status(code=409, reason="Conflict", message=f"{job.key} is at {current}"))
+            raise ApiStatusError(409, "Conflict", f"{job.key} is at {current}")
         self.versions[job.key] = current + 1
         self.status.setdefault(job.key, []).append(dict(patch))
         return str(current + 1)

@@ -22,7 +22,7 @@ class SlowClient:
         self.sent = 0
         self.release = asyncio.Event()
 
-    async def create(self, obj: Any) -> Any:
+    async def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         self.under_way += 1
         self.most = max(self.most, self.under_way)
         self.sent += 1
@@ -30,7 +30,7 @@ class SlowClient:
             await self.release.wait()
         finally:
             self.under_way -= 1
-        return obj
+        return body
 
 
 def pod(i: int) -> dict[str, Any]:

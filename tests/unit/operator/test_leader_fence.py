@@ -156,16 +156,9 @@ class RecordingClient:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    async def create(self, obj: Any) -> Any:
-        self.calls.append("create")
-        return obj
-
-    async def patch(self, *args: Any, **kwargs: Any) -> Any:
-        self.calls.append("patch")
-        return None
-
-    async def delete(self, *args: Any, **kwargs: Any) -> None:
-        self.calls.append("delete")
+    async def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        self.calls.append(method)
+        return {}
 
 
 async def test_a_fenced_replica_sends_no_write_at_all(job_body: Any, cache: Any) -> None:
@@ -174,7 +167,7 @@ async def test_a_fenced_replica_sends_no_write_at_all(job_body: Any, cache: Any)
     kube = KubeApi(client, RateLimiter(qps=1000, burst=100), fence=lambda: leading[0])  # type: ignore[arg-type]
     job = cache.upsert_job(job_body("train"))
     await kube.patch_job_status(job, {"phase": "Queued"})
-    assert client.calls == ["patch"]
+    assert client.calls == ["PATCH"]
     leading[0] = False
     before = metrics.FENCED_WRITES._value.get()
     for write in (kube.patch_job_status(job, {"phase": "Admitted"}), kube.delete("Pod", "ns", "p"),
@@ -182,7 +175,7 @@ async def test_a_fenced_replica_sends_no_write_at_all(job_body: Any, cache: Any)
         with pytest.raises(NotLeading):
             await write
     await kube.event(job, "Admitted", "x")            # events are best effort: refused, not raised
-    assert client.calls == ["patch"]
+    assert client.calls == ["PATCH"]
     assert metrics.FENCED_WRITES._value.get() - before == 5
 
 

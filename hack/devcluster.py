@@ -354,7 +354,9 @@ def up(paths: Paths, shapes: list[str], timeout: float) -> None:
         f"--service-account-key-file={pki / 'sa.pub'}", f"--service-account-signing-key-file={pki / 'sa.key'}",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         "--service-cluster-ip-range=10.96.0.0/16", "--authorization-mode=Node,RBAC",
-        "--allow-privileged=true", "--endpoint-reconciler-type=none", "--profiling=false",
+        "--allow-privileged=true", "--endpoint-reconciler-type=none",
+        # /debug/pprof for a benchmark that asks (bench.e2e.run --profile): where the API server's CPU goes.
+        f"--profiling={'true' if os.environ.get('KUBEGANG_APISERVER_PROFILING') == '1' else 'false'}",
         "--max-requests-inflight=3000", "--max-mutating-requests-inflight=1500",
         "--enable-priority-and-fairness=false", "--watch-cache=true", WORKLOAD_GATE, WORKLOAD_API, "--v=1",
     ], restart=True)

@@ -187,3 +187,45 @@ async def test_suspend_releases_everything(make_world: Any, job_body: Any) -> No
     assert w.last_status("team-a/train")["phase"] == "Suspended"
     assert w.holds_nothing(job.uid) and w.held_gpus() == {}
     assert w.kube.pods() == []
+
+
+async def test_a_gang_that_forms_in_seconds_writes_its_ready_count_once_with_running(
+    make_world: Any, job_body: Any
+) -> None:
+    w, job = await admitted_world(make_world, job_body)
+    writes = len(w.kube.status[job.key])                      # the Admitted record
+    pods = sorted(w.kube.pods(), key=lambda p: p["metadata"]["name"])
+
+    def run(some: list[dict[str, Any]]) -> None:
+        for pod in some:
+            w.see_pod({**pod, "spec": {**pod["spec"], "nodeName": pod["metadata"]["annotations"]["kubegang.io/node"]},
+                       "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+
+    run(pods[:2])                                             # two of three ready, just created
+    await w.supervise(w.cache.job(job.uid))
+    assert len(w.kube.status[job.key]) == writes              # no write of the partial count
+    real = w.admission.clock
+    w.admission.clock = lambda: real() + dt.timedelta(seconds=11)
+    await w.supervise(w.cache.job(job.uid))                   # still forming after 10 s: say how far it got
+    created = w.cache.job(job.uid).pods_created_at
+    assert w.kube.status[job.key][writes:] == [{"readyReplicas": 2, "podsCreatedAt": created}]
+    w.admission.clock = real
+    run(pods[2:])
+    await w.supervise(w.cache.job(job.uid))
+    last = w.kube.status[job.key][-1]
+    assert last["phase"] == "Running" and last["readyReplicas"] == 3
+
+
+async def test_the_ready_count_of_a_quick_gang_travels_only_with_its_running_write(
+    make_world: Any, job_body: Any
+) -> None:
+    w, job = await admitted_world(make_world, job_body)
+    w.echo_pods("Running")
+    for pod in w.kube.pods():  # ready as kwok reports them
+        body = {**pod, "spec": {**pod["spec"], "nodeName": pod["metadata"]["annotations"]["kubegang.io/node"]},
+                "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+        w.see_pod(body)
+    await w.supervise(w.cache.job(job.uid))
+    phases = [p.get("phase") for p in w.kube.status[job.key]]
+    assert phases == ["Admitted", "Running"]                  # one write per phase transition
+    assert w.kube.status[job.key][-1]["readyReplicas"] == 3

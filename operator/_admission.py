@@ -366,7 +366,10 @@ class Admission:
                  and (state.attempt != job.attempt or state.deleting)]
         if stale:
             log.info("%s: pods %s of an earlier attempt still exist; created once they are gone", job.key, stale)
-        self.cache.assume(job, status_fields(GPUJobStatus(pods_created_at=timestamp(self.clock()))))
+        now = self.clock()
+        self.cache.expect_pods(job, (pod["metadata"]["name"] for pod, new in zip(objects.pods, created, strict=True)
+                                     if new), now)
+        self.cache.assume(job, status_fields(GPUJobStatus(pods_created_at=timestamp(now))))
         return None
 
     async def _undo_admission(self, job: JobView, error: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -27,6 +28,15 @@ GANG_KINDS = frozenset({PodSourceKind.POD_GROUP, PodSourceKind.SCHEDULING_GROUP}
 """Sources whose pods exist before admission (a controller made them): admitted once all of them exist,
 deleted on requeue for their controller to make anew."""
 FINISHED_POD_PHASES = ("Succeeded", "Failed")
+
+
+@dataclasses.dataclass
+class UnseenPods:
+    """The pods of one attempt of a gang that were created and not yet delivered by the watch."""
+
+    attempt: str
+    names: set[str]
+    created_at: dt.datetime
 
 
 def pod_source(pod: Mapping[str, Any]) -> tuple[PodSourceKind, str] | None:
@@ -64,6 +74,11 @@ class ClusterCache:
     """Status the leader wrote but has not yet seen echoed, by job UID."""
     deleted: set[str] = dataclasses.field(default_factory=set)
     """UIDs of deleted jobs whose reservation and quota the leader has still to release."""
+    unseen_pods: dict[str, UnseenPods] = dataclasses.field(default_factory=dict)
+    """Pods this leader created that the watch has not delivered yet, by job UID (controller-runtime's
+    "expectations"): under a saturated API server a pod's ADDED event can come seconds after its
+    create returned, and without this the supervisor took the gang for half-created and sent every
+    pod again (342 POSTs answered AlreadyExists in a full-size run)."""
     _readers: list[ChangedJobs] = dataclasses.field(default_factory=list, repr=False)
     """Every reader's set of changed jobs (``changes``): each change of a job is marked in all of them."""
     _order: dict[str, int] = dataclasses.field(default_factory=dict, repr=False)
@@ -145,6 +160,7 @@ class ClusterCache:
         self._parsed.pop(uid, None)
         self.invalid_jobs.pop(uid, None)
         self.assumed.pop(uid, None)
+        self.unseen_pods.pop(uid, None)
         self._order.pop(uid, None)
         self._changed(uid)
         self.wake.set()
@@ -156,6 +172,11 @@ class ClusterCache:
             return
         state = pod_state(body)
         self.pods.setdefault(uid, {})[state.name] = state
+        unseen = self.unseen_pods.get(uid)
+        if unseen is not None:
+            unseen.names.discard(state.name)
+            if not unseen.names:
+                del self.unseen_pods[uid]
         self._changed(uid)
         self.wake.set()
 
@@ -258,6 +279,23 @@ class ClusterCache:
         self.assumed[job.uid] = merged
         self._changed(job.uid)
         return dataclasses.replace(job, status=merged)
+
+    def expect_pods(self, job: JobView, names: Iterable[str], at: dt.datetime) -> None:
+        """Remember that the pods ``names`` of ``job``'s attempt were created at ``at`` and are on their way
+        through the watch (those already delivered are not waited for)."""
+        seen = self.pods.get(job.uid, {})
+        waiting = {name for name in names if name not in seen}
+        if waiting:
+            self.unseen_pods[job.uid] = UnseenPods(job.attempt, waiting, at)
+        else:
+            self.unseen_pods.pop(job.uid, None)
+
+    def unseen_pods_of(self, job: JobView, *, created_after: dt.datetime) -> set[str]:
+        """Pods of ``job``'s attempt that were created after ``created_after`` and not yet delivered."""
+        unseen = self.unseen_pods.get(job.uid)
+        if unseen is None or unseen.attempt != job.attempt or unseen.created_at <= created_after:
+            return set()
+        return set(unseen.names)
 
     def forget(self, uid: str) -> None:
         """Drop an assumption that was not confirmed (the write failed)."""

@@ -24,7 +24,7 @@ from kubegang.api import GPUJobStatus
 from kubegang.operator import _metrics as metrics
 from kubegang.operator._admission import NOT_ADMITTED, Admission, requeue_patch
 from kubegang.operator._conditions import Phase, parse_rfc3339, transition
-from kubegang.operator._gang_objects import build_pod
+from kubegang.operator._gang_objects import build_pod, pod_name
 from kubegang.operator._job import JobView, status_fields, timestamp
 from kubegang.operator._lifecycle import Action, Decision, decide
 from kubegang.operator._types import RepairResult, WaitReason
@@ -37,6 +37,10 @@ REPAIR_INTERVAL_SECONDS = 2.0
 """How often an admitted gang whose pods are not all bound asks the extender whether a pod kubegang did
 not place took some of its GPUs (``Repair``): a displaced slot is re-placed within seconds instead of
 the gang sitting out ``gangTimeoutSeconds`` with most of its GPUs held."""
+WATCH_LAG_SECONDS = 30.0
+"""How long a pod this leader created may take to come back through the watch before the supervisor
+creates it again (a pod deleted before it was ever seen, or a watch that broke). Under a saturated API
+server its echo came more than the repair interval after the create returned."""
 READY_REPORT_AFTER_SECONDS = 10.0
 """An admitted gang's ready count alone is written only once its pods were created this long ago. A gang
 that forms in seconds then writes its count once, with Running (one status write per phase transition:
@@ -153,7 +157,13 @@ class Supervisor:
         pods = self.cache.pods_of(job.uid)
         current = {p.name for p in pods if p.attempt == job.attempt and not p.deleting}
         others = {p.name for p in pods if p.attempt != job.attempt or p.deleting}
-        return len(current) < job.replicas and not others
+        if len(current) >= job.replicas or others:
+            return False
+        missing = {pod_name(job, index) for index in range(job.replicas)} - current
+        # Created by this leader moments ago and still on their way through the watch: not missing.
+        on_their_way = self.cache.unseen_pods_of(
+            job, created_after=now - dt.timedelta(seconds=WATCH_LAG_SECONDS))
+        return not missing <= on_their_way
 
     def _waits_for_binding(self, job: JobView) -> bool:
         """Admitted, its pods created, some of them not bound yet (pods kubegang made: another

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -146,6 +147,41 @@ async def test_supervisor_leaves_a_gang_in_creation_alone(job_body: Any, make_wo
     await w.supervisor.run_pass()  # no pod seen yet: it must not start a second creation
     await w.admission.settle()
     assert sorted(calls) == ["train-0", "train-1", "train-2"]
+
+
+async def test_pods_whose_watch_echo_is_late_are_not_created_again_but_a_lost_one_is(
+    job_body: Any, make_world: Any
+) -> None:
+    w = make_world({"team-a": 80}, NODES)
+    real_create = w.kube.create
+    calls: list[str] = []
+
+    async def counting_create(manifest: Mapping[str, Any]) -> bool:
+        calls.append(manifest["metadata"]["name"])
+        result: bool = await real_create(manifest)
+        return result
+
+    w.kube.create = counting_create
+    job = w.submit(job_body("train", replicas=3, gpus=8))
+    await w.cycle()
+    assert sorted(calls) == ["train-0", "train-1", "train-2"]
+    start = dt.datetime.now(dt.UTC)
+    # A saturated API server: 5 s later the watch has delivered one pod of three.
+    w.admission.clock = lambda: start + dt.timedelta(seconds=5)
+    pod = next(p for p in w.kube.pods() if p["metadata"]["name"] == "train-0")
+    w.see_pod({**pod, "status": {"phase": "Pending"}})
+    await w.supervisor.run_pass()
+    await w.admission.settle()
+    assert len(calls) == 3, "pods still on their way through the watch were created again"
+    # train-2 was deleted before its ADDED event was ever read: past the watch's allowance it is made again.
+    del w.kube.objects[("Pod", "team-a", "train-2")]
+    w.see_pod({**next(p for p in w.kube.pods() if p["metadata"]["name"] == "train-1"), "status": {"phase": "Pending"}})
+    w.admission.clock = lambda: start + dt.timedelta(seconds=31)
+    w.supervisor.look_at_everything()
+    await w.supervisor.run_pass()
+    await w.admission.settle()
+    assert calls[3:] == ["train-0", "train-1", "train-2"] and ("Pod", "team-a", "train-2") in w.kube.objects
+    assert w.cache.job(job.uid) is not None
 
 
 def test_status_echo_reuses_the_parsed_spec_and_a_spec_change_is_read_again(job_body: Any, cache: Any) -> None:

@@ -99,6 +99,8 @@ def _print_once(args: argparse.Namespace, fatal: dict[int, str]) -> int:
 async def _serve(settings: AgentSettings, once: bool, args: argparse.Namespace) -> int:
     from lightkube import AsyncClient
 
+    from kubegang.restclient import rest_client
+
     from ._agent import Agent
     from ._kube import KubeSink
     from ._publisher import NodePublisher
@@ -106,7 +108,8 @@ async def _serve(settings: AgentSettings, once: bool, args: argparse.Namespace) 
 
     metrics = AgentMetrics()
     client = AsyncClient(field_manager=settings.field_manager)
-    sink = KubeSink(client, settings.field_manager)
+    lister = None if settings.nodes_from_label is None else rest_client(None, timeout_seconds=30.0, limit=1)
+    sink = KubeSink(client, settings.field_manager, lister=lister)
     if once:
         assert settings.node_name is not None
         backend = _one_shot_backend(args)
@@ -137,6 +140,8 @@ async def _serve(settings: AgentSettings, once: bool, args: argparse.Namespace) 
         if runner is not None:
             await runner.cleanup()
         await client.close()
+        if lister is not None:
+            await lister.close()
     return 0
 
 

@@ -28,6 +28,10 @@ at once)."""
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON = "application/json"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
+"""A list of the objects' metadata only (``PartialObjectMetadataList``): what a caller that needs names,
+labels and annotations asks for, so neither side encodes or decodes the rest (a kwok node's status is
+as large as its metadata). Plain JSON is the fallback a server without the conversion answers."""
 
 
 class ApiStatusError(Exception):
@@ -86,11 +90,12 @@ class RestClient:
         return self._session
 
     async def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, *,
-                      content_type: str = JSON) -> dict[str, Any]:
-        """Send ``body`` (JSON) to ``path``; the decoded answer, or ``ApiStatusError``."""
+                      content_type: str = JSON, accept: str = JSON) -> dict[str, Any]:
+        """Send ``body`` (JSON) to ``path``; the decoded answer, or ``ApiStatusError``. ``accept`` may
+        ask for another JSON form of the answer (``METADATA_LIST``)."""
         data = None if body is None else json.dumps(body, separators=(",", ":"))
         for attempt in (1, 2):
-            headers = {"Accept": JSON}
+            headers = {"Accept": accept}
             if data is not None:
                 headers["Content-Type"] = content_type
             authorization = await self._auth.header()

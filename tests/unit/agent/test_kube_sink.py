@@ -91,3 +91,37 @@ async def test_a_gpunode_already_owned_by_its_node_is_not_written() -> None:
     await sink.create_gpunode("n1")
     assert client.patches == []
     assert owner_uids(client, "n1") == ["uid-1"]
+
+
+class RecordingLister:
+    """A RestClient stand-in that answers a node list and records what was asked."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = items
+        self.asked: list[tuple[str, str, str]] = []
+
+    async def request(self, method: str, path: str, body: Any = None, *, content_type: str = "",
+                      accept: str = "") -> dict[str, Any]:
+        self.asked.append((method, path, accept))
+        return {"kind": "PartialObjectMetadataList", "items": self.items}
+
+
+async def test_a_replay_agent_lists_only_the_nodes_metadata_from_the_watch_cache() -> None:
+    from kubegang.restclient import METADATA_LIST
+
+    lister = RecordingLister([
+        {"metadata": {"name": "n1", "uid": "u1", "annotations": {"kubegang.io/replay-dump": "h100"}}},
+        {"metadata": {"name": "n2", "uid": "u2"}},
+        {"metadata": {}},  # nameless: skipped
+    ])
+    sink = KubeSink(FakeClient(), lister=lister)  # type: ignore[arg-type]
+    nodes = await sink.list_nodes("type=kwok")
+    assert [(n.name, n.uid, dict(n.annotations)) for n in nodes] == [
+        ("n1", "u1", {"kubegang.io/replay-dump": "h100"}), ("n2", "u2", {})]
+    [(method, path, accept)] = lister.asked
+    assert (method, accept) == ("GET", METADATA_LIST)
+    assert path == "/api/v1/nodes?labelSelector=type%3Dkwok&resourceVersion=0"
+    with pytest.raises(ValueError, match="empty key"):
+        await sink.list_nodes("=x")
+    with pytest.raises(RuntimeError, match="without a lister"):
+        await KubeSink(FakeClient()).list_nodes("type=kwok")  # type: ignore[arg-type]

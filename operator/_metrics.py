@@ -42,6 +42,13 @@ QUEUE_WAIT_SECONDS = Histogram(
     buckets=(0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200),
 )
 IS_LEADER = Gauge("kubegang_operator_is_leader", "1 while this replica holds the leader Lease.", registry=REGISTRY)
+STATUS_WRITES = Counter(
+    "kubegang_operator_gpujob_status_writes_total",
+    "GPUJob status writes sent, by what they carry (kubegang.operator._status_writer.StatusChange) and "
+    "the phase they write (empty when none).",
+    ["change", "phase"],
+    registry=REGISTRY,
+)
 FENCED_WRITES = Counter(
     "kubegang_operator_fenced_writes_total",
     "Writes this replica refused to send because it was past its leader renew deadline.",

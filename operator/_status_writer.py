@@ -23,14 +23,47 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
+from kubegang.operator import _metrics as metrics
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import KubePort
 
 log = logging.getLogger("kubegang.operator.status")
+
+
+class StatusChange(enum.Enum):
+    """What one GPUJob status write carries: the ``change`` label of
+    ``kubegang_operator_gpujob_status_writes_total``, which says where a job's status writes go (the
+    API server's costliest handler in a burst)."""
+
+    DECISION = "decision"
+    """A phase written in the urgent lane: an admission, Running, a requeue, a finish, a repair."""
+    REPORT = "report"
+    """A phase written in the background lane: a waiting job's reason or message."""
+    READY_COUNT = "ready_count"
+    """The ready count of a gang that is forming."""
+    QUEUE_POSITION = "queue_position"
+    """A waiting job's place in its queue."""
+    OTHER = "other"
+
+
+def status_change(patch: Mapping[str, Any], *, urgent: bool) -> StatusChange:
+    """What ``patch``, sent in the urgent lane or not, carries."""
+    if "phase" in patch:
+        return StatusChange.DECISION if urgent else StatusChange.REPORT
+    if "readyReplicas" in patch:
+        return StatusChange.READY_COUNT
+    if "queuePosition" in patch:
+        return StatusChange.QUEUE_POSITION
+    return StatusChange.OTHER
+
+
+def _count(patch: Mapping[str, Any], *, urgent: bool) -> None:
+    metrics.STATUS_WRITES.labels(status_change(patch, urgent=urgent).value, str(patch.get("phase") or "")).inc()
 
 
 class StatusWriter:
@@ -67,6 +100,7 @@ class StatusWriter:
             self._writes[job.uid] = self._writes.get(job.uid, 0) + 1
             self._note_idle()
             precondition = (self.versions.get(job.uid) or job.resource_version or None) if fenced else None
+            _count(merged, urgent=True)
             self._note_version(job.uid, await self.kube.patch_job_status(job, merged, resource_version=precondition))
 
     def _note_version(self, uid: str, version: str | None) -> None:
@@ -154,6 +188,7 @@ class StatusWriter:
                 return
             job, patch = queued
             self._writes[uid] = before = self._writes.get(uid, 0) + 1
+            _count(patch, urgent=False)
             try:
                 self._note_version(uid, await self.kube.patch_job_status(job, patch, prepaid=True))
             except Exception as exc:

@@ -147,6 +147,30 @@ def extender_verbs(cluster_dir: Path) -> dict[str, tuple[float, float]]:
     return {v: (totals.get((v, "sum"), 0.0), totals.get((v, "count"), 0.0)) for v in verbs}
 
 
+def operator_status_writes(cluster_dir: Path) -> dict[str, float]:
+    """GPUJob status writes so far, summed over the operator replicas, by ``change phase``
+    (``kubegang_operator_gpujob_status_writes_total``); {} when no replica's metrics can be read."""
+    try:
+        ports = json.loads((cluster_dir / "kubegang.json").read_text())["ports"]["operator_metrics"]
+    except (OSError, KeyError, ValueError):
+        return {}
+    out: dict[str, float] = {}
+
+    def key(sample: Sample) -> str | None:
+        if not sample.name.endswith("_total"):
+            return None
+        return f"{sample.labels.get('change', '')} {sample.labels.get('phase', '')}".strip()
+
+    for port in ports:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        except httpx.HTTPError:
+            continue
+        for k, v in _summed(text, "kubegang_operator_gpujob_status_writes", key).items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
 def extender_window(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]],
                     pods: int) -> dict[str, Any]:
     """Server-side seconds and requests per verb during the burst, and the HTTP verbs' time per pod."""
@@ -361,6 +385,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     n_pods = sum(j.pods for j in jobs)
     before, own = procstats.sample_cluster(target.cluster_dir), _own_cpu()
     verbs_before = extender_verbs(target.cluster_dir)
+    status_before = operator_status_writes(target.cluster_dir)
     requests_before = apiserver_requests(target)
     rec = Recorder(time.monotonic())
     job_watch = kube.Watch(target.api, GPUJOBS.format(ns=namespace), rec.on_job)
@@ -378,6 +403,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     after = procstats.sample_cluster(target.cluster_dir)
     profiles = profiler.stop() if profiler else {}
     verbs_after = extender_verbs(target.cluster_dir)
+    status_after = operator_status_writes(target.cluster_dir)
     requests = apiserver_window(requests_before, apiserver_requests(target), len(docs), n_pods)
     job_watch.stop()
     pod_watch.stop()
@@ -405,6 +431,8 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
         "jobs_not_started": not_started[:20],
         "processes": procstats.window(before, after), "clients": _client_cpu(own),
         "extender": extender_window(verbs_before, verbs_after, n_pods), "apiserver": requests,
+        "gpujob_status_writes": {k: int(v - status_before.get(k, 0.0)) for k, v in sorted(status_after.items())
+                                 if v - status_before.get(k, 0.0) > 0},
         "audit": audit(target, namespace),
         "watch_errors": (job_watch.errors + pod_watch.errors)[:10],
         "leader": leader_identity(target),

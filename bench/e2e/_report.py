@@ -217,6 +217,19 @@ def _write_table(out: dict[str, Any], top: int = 12) -> str:
     return "\n".join(lines)
 
 
+def _status_write_lines(kubegang: dict[str, Any]) -> list[str]:
+    """The operator's own count of its GPUJob status writes, by what each changed (empty for a run
+    that did not record it)."""
+    counts = kubegang.get("gpujob_status_writes") or {}
+    if not counts:
+        return []
+    jobs = (kubegang.get("jobs_created") or {}).get("expected") or 0
+    parts = ", ".join(f"{key or '(none)'} {n}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    per_job = f" ({sum(counts.values()) / jobs:.2f} per job)" if jobs else ""
+    return [f"The operator's GPUJob status writes in the kubegang half, by what each carried and the phase it "
+            f"wrote (`kubegang_operator_gpujob_status_writes_total`): {parts}{per_job}.", ""]
+
+
 def markdown(out: dict[str, Any]) -> str:
     s = out.get("summary") or summary(out)
     m, v, w = out.get("machine", {}), out.get("versions", {}), out.get("workload", {})
@@ -322,6 +335,7 @@ def markdown(out: dict[str, Any]) -> str:
         "",
         _write_table(out),
         "",
+        *_status_write_lines(kg),
         *cost.section(out),
         "## Against the goals",
         "",

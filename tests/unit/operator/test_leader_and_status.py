@@ -33,3 +33,27 @@ async def test_queue_status_counts_pending_and_admitted_up_the_tree(job_body: An
     assert status["team-a"]["usage"] == [{"flavor": "nvidia.com/gpu", "gpus": 16}]
     assert status["org"]["usage"] == [{"flavor": "nvidia.com/gpu", "gpus": 16}]
     assert status["team-a"]["usedGPUs"] == 16 and status["team-a"]["borrowed"] == []
+
+
+async def test_status_writes_are_counted_by_what_they_carry(job_body: Any, make_world: Any) -> None:
+    from kubegang.operator._metrics import REGISTRY
+    from kubegang.operator._status_writer import StatusChange, status_change
+
+    def written(change: str, phase: str) -> float:
+        value = REGISTRY.get_sample_value("kubegang_operator_gpujob_status_writes_total",
+                                          {"change": change, "phase": phase})
+        return value or 0.0
+
+    before = {phase: written("decision", phase) for phase in ("Admitted", "Running")}
+    w = make_world({"team-a": 16}, {"node-0": 8, "node-1": 8})
+    job = w.submit(job_body("train", replicas=2, gpus=8))
+    await w.cycle()
+    w.echo_pods()
+    await w.supervise(w.cache.job(job.uid))
+    assert w.last_status("team-a/train")["phase"] == "Running"
+    assert {phase: written("decision", phase) - n for phase, n in before.items()} == {"Admitted": 1, "Running": 1}
+    assert status_change({"phase": "Queued", "message": "m"}, urgent=False) is StatusChange.REPORT
+    assert status_change({"phase": "Queued"}, urgent=True) is StatusChange.DECISION
+    assert status_change({"readyReplicas": 1}, urgent=False) is StatusChange.READY_COUNT
+    assert status_change({"queuePosition": None}, urgent=False) is StatusChange.QUEUE_POSITION
+    assert status_change({"podsCreatedAt": "x"}, urgent=True) is StatusChange.OTHER

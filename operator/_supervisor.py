@@ -41,11 +41,13 @@ WATCH_LAG_SECONDS = 30.0
 """How long a pod this leader created may take to come back through the watch before the supervisor
 creates it again (a pod deleted before it was ever seen, or a watch that broke). Under a saturated API
 server its echo came more than the repair interval after the create returned."""
-READY_REPORT_AFTER_SECONDS = 10.0
+READY_REPORT_AFTER_SECONDS = 30.0
 """An admitted gang's ready count alone is written only once its pods were created this long ago. A gang
 that forms in seconds then writes its count once, with Running (one status write per phase transition:
 at 2,000 jobs the partial counts were about 400 extra writes of the API server's costliest kind, a
-custom-resource status update), and a gang that hangs still shows how far it got."""
+custom-resource status update), and a gang that hangs still shows how far it got. 10 s was too short
+for a saturated control plane: in a full-size burst on two cores 215 of 2,000 gangs still wrote a
+partial count (``kubegang_operator_gpujob_status_writes_total{change="ready_count"}``)."""
 RECREATE_ATTEMPTS = 20
 """Tries to create a re-placed pod while the displaced one of the same name is still being deleted."""
 

@@ -5,6 +5,7 @@ from typing import Any
 
 from kubegang.operator._extender_placement import gang_request
 from kubegang.operator._lifecycle import Action
+from kubegang.operator._supervisor import READY_REPORT_AFTER_SECONDS
 from kubegang.placement import Placement
 
 NODES = {f"node-{i}": 8 for i in range(8)}
@@ -205,8 +206,11 @@ async def test_a_gang_that_forms_in_seconds_writes_its_ready_count_once_with_run
     await w.supervise(w.cache.job(job.uid))
     assert len(w.kube.status[job.key]) == writes              # no write of the partial count
     real = w.admission.clock
-    w.admission.clock = lambda: real() + dt.timedelta(seconds=11)
-    await w.supervise(w.cache.job(job.uid))                   # still forming after 10 s: say how far it got
+    w.admission.clock = lambda: real() + dt.timedelta(seconds=READY_REPORT_AFTER_SECONDS - 1)
+    await w.supervise(w.cache.job(job.uid))
+    assert len(w.kube.status[job.key]) == writes              # not yet
+    w.admission.clock = lambda: real() + dt.timedelta(seconds=READY_REPORT_AFTER_SECONDS + 1)
+    await w.supervise(w.cache.job(job.uid))                   # still forming: say how far it got
     created = w.cache.job(job.uid).pods_created_at
     assert w.kube.status[job.key][writes:] == [{"readyReplicas": 2, "podsCreatedAt": created}]
     w.admission.clock = real

@@ -111,7 +111,7 @@ def test_quota_blocked_why_says_what_the_operator_decided_with_its_numbers(ops: 
         text = gang(ops, "why", "wait", "-n", ops.namespace).stdout
         assert f"GPUJob {ops.namespace}/wait: Queued (QuotaExhausted)" in text and cond["message"] in text
         assert "\x1b[" not in text  # no colour when stdout is not a terminal
-        # `queues` shows the operator's numbers for the queue (its status is written about once a second).
+        # `queues` shows the operator's numbers for the queue (its status is written at most every 5 s).
         ops.cluster.wait_for("the queue's status to count both waiting jobs", lambda: (ops.cluster.get_json(
             "gpuqueue", q).get("status") or {}).get("pending") == 2, timeout=30)
         status = ops.cluster.get_json("gpuqueue", q)["status"]

@@ -73,7 +73,7 @@ def test_borrowed_gang_is_preempted_whole_when_the_lender_submits_and_runs_again
     ops.wait_phase("a-big", "Running", timeout=90)
     first_attempt = {p["metadata"]["name"]: p["metadata"]["labels"]["kubegang.io/attempt"]
                      for p in ops.pods("a-big")}
-    # Queue status is written in the background (at most once a second): wait for it to show the loan.
+    # Queue status is written in the background (at most every 5 s): wait for it to show the loan.
     def borrowed() -> object:
         return (ops.cluster.get_json("gpuqueue", team_a).get("status") or {}).get("borrowed")
 

@@ -57,3 +57,34 @@ async def test_status_writes_are_counted_by_what_they_carry(job_body: Any, make_
     assert status_change({"readyReplicas": 1}, urgent=False) is StatusChange.READY_COUNT
     assert status_change({"queuePosition": None}, urgent=False) is StatusChange.QUEUE_POSITION
     assert status_change({"podsCreatedAt": "x"}, urgent=True) is StatusChange.OTHER
+
+
+async def test_queue_status_is_written_at_most_every_interval_and_the_last_change_is_due(
+    job_body: Any, make_world: Any
+) -> None:
+    from kubegang.operator._controller import QUEUE_STATUS_SECONDS, Controller
+
+    w = make_world({"team-a": 16}, {"node-0": 8, "node-1": 8})
+    writes: list[tuple[str, dict[str, Any]]] = []
+    real = w.kube.patch_queue_status
+
+    async def counting(name: str, patch: Any) -> None:
+        writes.append((name, dict(patch)))
+        await real(name, patch)
+
+    w.kube.patch_queue_status = counting
+    controller = Controller(w.cache, w.admission, leadership=None, kube=w.kube)  # type: ignore[arg-type]
+    await controller.step()
+    assert controller._queue_status_task is not None
+    await controller._queue_status_task
+    first = len(writes)
+    assert [name for name, _ in writes] == ["team-a"]
+    w.submit(job_body("a", replicas=1, gpus=8))
+    due = await controller.step()  # admitted: team-a's counts changed within the interval
+    await w.admission.settle()
+    assert len(writes) == first, "a second queue-status pass within the interval"
+    assert due is not None and 0 < due <= QUEUE_STATUS_SECONDS  # the loop comes back for it
+    controller._queue_status_at -= QUEUE_STATUS_SECONDS  # the interval is over
+    await controller.step()
+    await controller._queue_status_task
+    assert len(writes) == first + 1 and writes[-1][0] == "team-a" and writes[-1][1] != writes[0][1]

@@ -132,6 +132,26 @@ def _queues(ops: Any) -> list[str]:
     return [a1, a2, b1]
 
 
+def _unsettled(ops: Any, show: int = 8) -> str:
+    """What a timed-out wait leaves to read: the jobs not yet finished, their phase, reason and pods."""
+    jobs = ops.jobs()
+    open_jobs = [j for j in jobs if (j.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    pods: dict[str, list[str]] = defaultdict(list)
+    for p in ops.cluster.get_json("pods", "-n", ops.namespace)["items"]:
+        labels = p["metadata"].get("labels") or {}
+        pods[labels.get("kubegang.io/job-name", "")].append(
+            f"{p['metadata']['name']}@{labels.get('kubegang.io/attempt', '')}:{p['status'].get('phase')}"
+            f"{' deleting' if p['metadata'].get('deletionTimestamp') else ''} on {p['spec'].get('nodeName')}")
+    lines = []
+    for job in open_jobs[:show]:
+        status = job.get("status") or {}
+        name = job["metadata"]["name"]
+        lines.append(f"{name}: {status.get('phase')} {status.get('reason')} ready {status.get('readyReplicas')} "
+                     f"admitted {status.get('admittedAt')}; pods {pods.get(name, [])}")
+    phases = Counter((j.get("status") or {}).get("phase") for j in jobs)
+    return f"{len(jobs)} jobs by phase {dict(phases)}; not finished: " + " | ".join(lines)
+
+
 def _manifests(ops: Any, leaves: list[str]) -> list[dict[str, Any]]:
     out = []
     for i in range(JOBS):
@@ -213,7 +233,10 @@ def test_a_burst_survives_every_process_killed_and_the_leader_paused(ops: Any, r
             return len(jobs) == JOBS and all((j.get("status") or {}).get("phase") in ("Succeeded", "Failed")
                                              for j in jobs)
 
-        ops.cluster.wait_for("every job Succeeded or Failed", settled, timeout=300, interval=3)
+        try:
+            ops.cluster.wait_for("every job Succeeded or Failed", settled, timeout=300, interval=3)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {_unsettled(ops)}") from None
     finally:
         auditor.stop.set()
         auditor.join(timeout=30)

@@ -129,11 +129,17 @@ def _summed(text: str, family_name: str, key: Callable[[Sample], K | None]) -> d
     return out
 
 
+def _kubegang_ports(cluster_dir: Path) -> dict[str, Any]:
+    """The ports ``hack/cluster kubegang up`` recorded (OSError, KeyError or ValueError when it did not)."""
+    ports: dict[str, Any] = json.loads((cluster_dir / "kubegang.json").read_text())["ports"]
+    return ports
+
+
 def extender_verbs(cluster_dir: Path) -> dict[str, tuple[float, float]]:
     """Per verb, (seconds, requests) so far from the extender's request-duration histogram; {} when
     the stack or its metrics port is not there."""
     try:
-        port = json.loads((cluster_dir / "kubegang.json").read_text())["ports"]["extender_metrics"]
+        port = _kubegang_ports(cluster_dir)["extender_metrics"]
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     except (OSError, KeyError, ValueError, httpx.HTTPError):
         return {}
@@ -151,7 +157,7 @@ def operator_status_writes(cluster_dir: Path) -> dict[str, float]:
     """GPUJob status writes so far, summed over the operator replicas, by ``change phase``
     (``kubegang_operator_gpujob_status_writes_total``); {} when no replica's metrics can be read."""
     try:
-        ports = json.loads((cluster_dir / "kubegang.json").read_text())["ports"]["operator_metrics"]
+        ports = _kubegang_ports(cluster_dir)["operator_metrics"]
     except (OSError, KeyError, ValueError):
         return {}
     out: dict[str, float] = {}

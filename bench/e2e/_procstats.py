@@ -8,6 +8,7 @@ read ``/proc/<pid>/stat`` (utime + stime, clock ticks) before and after a measur
 from __future__ import annotations
 
 import os
+import resource
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,3 +73,9 @@ def window(before: dict[str, ProcSample], after: dict[str, ProcSample]) -> dict[
                      "cpu_seconds_total": round(end.cpu_seconds, 2), "peak_rss_mib": round(end.peak_rss_mib, 1),
                      "rss_mib": round(end.rss_mib, 1)}
     return out
+
+
+def own_cpu_seconds() -> float:
+    """User + system CPU seconds of the calling process so far (a client benchmark's own cost)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime

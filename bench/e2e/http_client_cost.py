@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
 import ssl
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 import aiohttp
 import httpx2
 
+from bench.e2e._procstats import own_cpu_seconds
 from kubegang.operator._kube import MAX_IN_FLIGHT as IN_FLIGHT
 from kubegang.restclient import RestClient
 
@@ -70,11 +70,6 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[3]), ssl_context=ctx, print
 """
 
 
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 async def _per_request(send: Callable[[], Awaitable[None]], requests: int) -> float:
     gate = asyncio.Semaphore(IN_FLIGHT)
 
@@ -83,9 +78,9 @@ async def _per_request(send: Callable[[], Awaitable[None]], requests: int) -> fl
             await send()
 
     await one()  # the first connection's handshake is not the steady cost
-    start = _cpu()
+    start = own_cpu_seconds()
     await asyncio.gather(*(one() for _ in range(requests)))
-    return (_cpu() - start) / requests
+    return (own_cpu_seconds() - start) / requests
 
 
 async def httpx2_cost(base: str, ca: ssl.SSLContext, requests: int) -> float:
@@ -132,22 +127,22 @@ async def httpx2_watch_cost(base: str, ca: ssl.SSLContext) -> float:
 
     async with httpx2.AsyncClient(verify=ca, base_url=base) as client:
         reflector = Reflector(client, Collection("pods", "/api/v1/pods"), sink)
-        start = _cpu()
+        start = own_cpu_seconds()
         await reflector.watch_once("1")
-        return (_cpu() - start) / max(seen[0], 1)
+        return (own_cpu_seconds() - start) / max(seen[0], 1)
 
 
 async def aiohttp_watch_cost(base: str, ca: ssl.SSLContext) -> float:
     """The same stream read line by line with aiohttp, each line decoded (the floor of a port)."""
     seen = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ca)) as session:
-        start = _cpu()
+        start = own_cpu_seconds()
         async with session.get(base + "/api/v1/pods", params={"watch": "1"}) as answer:
             async for line in answer.content:
                 if line.strip():
                     json.loads(line)
                     seen += 1
-        return (_cpu() - start) / max(seen, 1)
+        return (own_cpu_seconds() - start) / max(seen, 1)
 
 
 def _wait_for(port: int, server: subprocess.Popen[bytes]) -> None:

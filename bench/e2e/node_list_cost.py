@@ -18,27 +18,21 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from bench.e2e._procstats import sample_cluster
-
-
-def _own_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+from bench.e2e._procstats import own_cpu_seconds, sample_cluster
 
 
 async def _measure(cluster_dir: Path, lists: int, call: Callable[[], Awaitable[int]]) -> dict[str, float]:
-    before, cpu, wall = sample_cluster(cluster_dir), _own_cpu(), time.monotonic()
+    before, cpu, wall = sample_cluster(cluster_dir), own_cpu_seconds(), time.monotonic()
     nodes = 0
     for _ in range(lists):
         nodes = await call()
     after = sample_cluster(cluster_dir)
     server = after["kube-apiserver"].cpu_seconds - before["kube-apiserver"].cpu_seconds
-    return {"nodes": nodes, "client_ms_per_list": round((_own_cpu() - cpu) / lists * 1000, 2),
+    return {"nodes": nodes, "client_ms_per_list": round((own_cpu_seconds() - cpu) / lists * 1000, 2),
             "apiserver_ms_per_list": round(server / lists * 1000, 2),
             "wall_ms_per_list": round((time.monotonic() - wall) / lists * 1000, 2)}
 

@@ -384,7 +384,7 @@ def up(paths: Paths, shapes: list[str], timeout: float) -> None:
         f"--manage-nodes-with-label-selector={FAKE_NODE_LABEL[0]}={FAKE_NODE_LABEL[1]}",
         "--cidr=10.0.0.0/14", "--node-ip=10.255.255.1", "--node-lease-duration-seconds=40",
         f"--server-address=127.0.0.1:{ports['kwok']}",
-        *[f"--config={p}" for p in stage_files()],
+        *[f"--config={p}" for p in stage_files(paths)],
     ], restart=True)
     wait_for(paths, "kube-controller-manager", lambda: insecure_healthz(ports["controller-manager"]), 60)
     wait_for(paths, "kube-scheduler", lambda: insecure_healthz(ports["scheduler"]), 60)
@@ -396,12 +396,28 @@ def up(paths: Paths, shapes: list[str], timeout: float) -> None:
         apply_nodes(paths, shape)
 
 
-def stage_files() -> list[Path]:
+NEVER_START_ANNOTATION = "kubegang.io/fake-never-start"
+"""A pod with this annotation is bound and never started: kwok's pod-ready stage skips it, as a
+kubelet that cannot pull its image would leave it Pending (see tests of ``gangTimeoutSeconds``)."""
+
+
+def stage_files(paths: Paths) -> list[Path]:
     stages = binary("kwok").parent.parent / "stages"
     files = sorted(stages.glob("*.yaml"))
     if not files:
         raise ClusterError(f"kwok stage definitions missing in {stages}: run hack/build-control-plane.sh")
-    return [*files, HACK / "kwok" / "kubegang-stages.yaml"]
+    return [*(_never_start_variant(paths, f) if f.name == "pod-ready.yaml" else f for f in files),
+            HACK / "kwok" / "kubegang-stages.yaml"]
+
+
+def _never_start_variant(paths: Paths, pod_ready: Path) -> Path:
+    """kwok's own pod-ready stage, unchanged but for one more selector: the pod lacks NEVER_START_ANNOTATION."""
+    stage = yaml.safe_load(pod_ready.read_text())
+    stage["spec"]["selector"]["matchExpressions"].append(
+        {"key": f'.metadata.annotations["{NEVER_START_ANNOTATION}"]', "operator": "DoesNotExist"})
+    out = paths.root / "kwok-pod-ready.yaml"
+    out.write_text(yaml.safe_dump(stage, sort_keys=False))
+    return out
 
 
 def write_scheduler_config(paths: Paths, extender: dict[str, Any] | None) -> None:

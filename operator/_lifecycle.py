@@ -11,8 +11,11 @@ Rules, in the order they are checked:
 3. Any pod of the current attempt Failed (or gone after the gang ran): restart the whole gang, or
    fail the job once ``restartLimit`` restarts are spent.
 4. Every replica Succeeded: the job Succeeded.
-5. Not every pod bound within ``gangTimeoutSeconds`` of creation (``podsCreatedAt``, else
-   ``admittedAt``): delete the gang and requeue it with the nodes that did not bind excluded.
+5. Not every pod started within ``gangTimeoutSeconds`` of creation (``podsCreatedAt``, else
+   ``admittedAt``): delete the gang and requeue it with the nodes that did not bind or start it
+   excluded. Started means bound and past Pending (Running, or already finished), as Kueue's
+   ``waitForPodsReady`` counts: a pod a kubelet never starts holds its GPUs as surely as one
+   kube-scheduler never binds, and the rest of the gang cannot run without it.
 6. A Running gang past ``timeLimitSeconds`` since ``startedAt``: delete its pods, the job Failed
    (``TimeLimitExceeded``, Slurm's TIMEOUT; no restart: it would only run out of time again).
 7. Otherwise report progress (ready replicas, Running once all run).
@@ -215,16 +218,22 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
         return Decision(Action.SUCCEED, "AllReplicasSucceeded", f"all {job.replicas} replicas succeeded", ready=ready)
 
     unbound = [p for p in current.values() if not p.bound_node]
-    if created is not None and (unbound or missing):
+    # Bound, and the kubelet has not started it: a broken node, or an image that cannot be pulled.
+    unstarted = [p for p in current.values() if p.bound_node and p.phase == "Pending"]
+    if created is not None and (unbound or unstarted or missing):
         left = (created - now).total_seconds() + job.spec.gang_timeout_seconds
         if left <= 0:
-            nodes = frozenset(p.planned_node for p in unbound if p.planned_node)
+            nodes = frozenset(
+                [p.planned_node for p in unbound if p.planned_node] + [p.bound_node for p in unstarted if p.bound_node]
+            )
             names = ", ".join(sorted(nodes)) or "none"
+            waiting = len(unbound) + len(unstarted) + len(missing)
             return Decision(
                 Action.TIMEOUT,
                 "GangTimeout",
-                f"{len(unbound) + len(missing)} of {job.replicas} pods not bound within gangTimeoutSeconds "
-                f"({job.spec.gang_timeout_seconds}s); requeued with nodes excluded: {names}",
+                f"{waiting} of {job.replicas} pods not running within gangTimeoutSeconds "
+                f"({job.spec.gang_timeout_seconds}s): {len(unbound) + len(missing)} not bound, "
+                f"{len(unstarted)} bound but not started; requeued with nodes excluded: {names}",
                 ready=ready,
                 excluded_nodes=nodes,
                 stale_pods=stale,

@@ -75,6 +75,22 @@ def test_unbound_gang_times_out_and_excludes_failing_nodes(job_body: Any) -> Non
     assert late.excluded_nodes == {"node-1", "node-2"}
 
 
+def test_a_bound_pod_its_kubelet_never_starts_times_the_gang_out_and_excludes_its_node(job_body: Any) -> None:
+    job = admitted(job_body, gangTimeoutSeconds=60)
+    # Worker 0 already finished, worker 1 runs, worker 2 is bound and stays Pending: the gang never
+    # ran together, and worker 2's GPUs are held for nothing.
+    pods = [pod(0, "Succeeded"), pod(1), pod(2, "Pending")]
+    early = decide(job, pods, T0 + dt.timedelta(seconds=45))
+    assert early.action is Action.PROGRESS and early.recheck_after == 15
+    late = decide(job, pods, T0 + dt.timedelta(seconds=60))
+    assert late.action is Action.TIMEOUT and late.reason == "GangTimeout"
+    assert late.excluded_nodes == {"node-2"}
+    assert "1 of 3 pods not running" in late.message and "1 bound but not started" in late.message
+    # Once every pod has started, the gang timeout no longer applies.
+    started = decide(job, [pod(0, "Succeeded"), pod(1), pod(2)], T0 + dt.timedelta(days=1))
+    assert started.action is Action.PROGRESS and started.recheck_after is None
+
+
 def test_running_gang_past_its_time_limit_fails_and_is_rechecked_before(job_body: Any) -> None:
     body = job_body(replicas=3, timeLimitSeconds=600, status={
         "phase": "Running", "restarts": 0, "admittedAt": "2025-01-01T00:00:00Z",

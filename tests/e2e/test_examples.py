@@ -15,8 +15,10 @@ products, PriorityClasses, leaf queues) and that the demo's quota adds up to its
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
+import re
 import subprocess
 import urllib.request
 from collections import Counter
@@ -50,6 +52,8 @@ GPU_MILLI_ANNOTATION = podcontract.GPU_MILLI_ANNOTATION
 LEVEL_LABELS = {"leaf": "kubegang.io/leaf", "spine": "kubegang.io/spine", "block": "kubegang.io/block",
                 "nvlink": "kubegang.io/nvlink-domain"}
 RUNNING_TIMEOUT = 120.0
+CAMEL_CASE = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+NOT_WHILE_RUNNING = ("Queued", "Unschedulable", "Suspended", "Succeeded", "Failed", "Preempted")
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -256,6 +260,48 @@ def _problems(cluster: Any, job: dict[str, Any], status: dict[str, Any]) -> list
         domains = {(n.get("metadata") or {}).get("labels", {}).get(LEVEL_LABELS[required]) for n in used}
         if len(domains) != 1 or None in domains:
             out.append(f"topology.required {required}, pods in {sorted(map(str, domains))}")
+    out += _condition_problems(cluster.get_json("gpujob", name, "-n", ns))
+    # status.placement names the one domain of its level that holds every pod (kubectl gang nodes and
+    # the job's Admitted message say it to users).
+    placement = status.get("placement") or {}
+    level, domain = placement.get("level"), placement.get("domain")
+    if level in LEVEL_LABELS:
+        held = {(n.get("metadata") or {}).get("labels", {}).get(LEVEL_LABELS[level]) for n in used}
+        if held != {domain}:
+            out.append(f"status.placement level {level} domain {domain!r}, the pods are in {sorted(map(str, held))}")
+    return out
+
+
+def _condition_problems(job: dict[str, Any]) -> list[str]:
+    """What a Running job's conditions say that docs/api.md does not promise: metav1.Conditions, one
+    per type, the phase's own True and none that contradicts it, observedGeneration current."""
+    status, generation = job.get("status") or {}, job["metadata"]["generation"]
+    conditions = status.get("conditions") or []
+    by_type = {c.get("type"): c for c in conditions}
+    out: list[str] = []
+    if len(by_type) != len(conditions):
+        out.append(f"conditions repeat a type: {[c.get('type') for c in conditions]}")
+    for ctype in ("Admitted", "Running"):
+        if (by_type.get(ctype) or {}).get("status") != "True":
+            out.append(f"condition {ctype} is {by_type.get(ctype)!r}, not True")
+    out += [f"condition {t} True while Running" for t in NOT_WHILE_RUNNING
+            if (by_type.get(t) or {}).get("status") == "True"]
+    for c in conditions:
+        well_formed = (c.get("status") in ("True", "False") and CAMEL_CASE.match(str(c.get("reason")))
+                       and c.get("message"))
+        if not well_formed:
+            out.append(f"condition {c.get('type')}: status/reason/message {c.get('status')!r} {c.get('reason')!r} "
+                       f"{c.get('message')!r}")
+        try:
+            dt.datetime.fromisoformat(str(c.get("lastTransitionTime")).replace("Z", "+00:00"))
+        except ValueError:
+            out.append(f"condition {c.get('type')}: lastTransitionTime {c.get('lastTransitionTime')!r}")
+    if status.get("reason") != (by_type.get("Running") or {}).get("reason"):
+        out.append(f"status.reason {status.get('reason')!r} is not the Running condition's reason")
+    if status.get("observedGeneration") != generation or (by_type.get("Admitted") or {}).get(
+            "observedGeneration") != generation:
+        out.append(f"observedGeneration {status.get('observedGeneration')!r} (Admitted condition "
+                   f"{(by_type.get('Admitted') or {}).get('observedGeneration')!r}), metadata.generation {generation}")
     return out
 
 

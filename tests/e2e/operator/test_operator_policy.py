@@ -159,6 +159,25 @@ def test_a_gang_past_its_time_limit_is_failed_whole_and_gives_its_gpus_back(ops:
     ops.wait_phase("after", "Running", timeout=90)
 
 
+def test_a_restarted_gang_gets_its_time_limit_afresh_from_its_new_start(ops: Any) -> None:
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("limit-restart", [(H100, 16)])
+    # Each attempt fails 12 s into running, inside its 20 s limit. Counted from the first start, the
+    # limit would end the second attempt 8 s in (TimeLimitExceeded); counted afresh, the second
+    # attempt fails on its own and the job ends with its restart limit reached.
+    ops.job("retry", q, 2, 8, timeLimitSeconds=20, restartLimit=1,
+            annotations={"kubegang.io/fake-exit-code": "1", "kubegang.io/fake-fail-after": "12s"})
+    first = ops.wait_phase("retry", "Running", timeout=90)["startedAt"]
+    ops.cluster.wait_for("the second attempt to start", lambda: (ops.status("retry").get("restarts") == 1
+                         and ops.status("retry").get("startedAt") not in (None, first)), timeout=90, interval=1)
+    status = ops.wait_phase("retry", "Failed", timeout=90)
+    cond = ops.condition("retry", "Failed")
+    assert cond is not None and cond["reason"] == "RestartLimitReached", status
+    ran = (dt.datetime.fromisoformat(status["finishedAt"].replace("Z", "+00:00"))
+           - dt.datetime.fromisoformat(status["startedAt"].replace("Z", "+00:00"))).total_seconds()
+    assert status["startedAt"] != first and ran < 20, status
+
+
 # -- 6. larger than the queue can ever hold -------------------------------------------------------
 def test_job_larger_than_its_queue_can_ever_hold_is_unschedulable_with_the_reason(ops: Any) -> None:
     ops.cluster.use_shape("superpod-h100")

@@ -186,8 +186,9 @@ class GPUJobSpec(ApiModel):
     restart_limit: int = Field(default=3, ge=0, strict=True)
     """Whole-gang restarts after a pod fails, before the job is Failed."""
     gang_timeout_seconds: int = Field(default=300, ge=1, strict=True)
-    """Seconds from pod creation until every pod must be bound; otherwise the gang is deleted whole
-    and requeued with the failing nodes excluded."""
+    """Seconds from pod creation until every pod must be bound and started (Running, or already
+    finished); otherwise the gang is deleted whole and requeued with the nodes that did not bind or
+    start their pod excluded."""
     time_limit_seconds: int | None = Field(default=None, ge=1, le=31_536_000, strict=True)
     """Seconds the gang may run, counted from the moment every replica is Running (``status.startedAt``,
     afresh after each restart): then its pods are deleted and the job Failed (``TimeLimitExceeded``),

@@ -87,6 +87,21 @@ def test_invalid_case_is_refused_naming_the_field(crds: Cluster, namespace: str,
     assert case.field in proc.stderr, proc.stderr
 
 
+def test_kubectl_explain_shows_the_models_field_descriptions(crds: Cluster) -> None:
+    # docs/api.md promises it: the CRD's descriptions come from the models' field docstrings.
+    from kubegang.api import GPUJobSpec
+
+    # The API server publishes a new CRD's OpenAPI a few seconds after it is Established.
+    crds.wait_for("GPUJob's OpenAPI schema to be published", lambda: crds.kubectl(
+        "explain", "gpujob.spec", check=False).returncode == 0, timeout=60, interval=1)
+    for name, field in GPUJobSpec.model_fields.items():
+        wire = field.alias or name
+        words = " ".join((field.description or "").replace("``", "`").split())[:40]  # crdgen: RST to Markdown
+        assert words, f"GPUJobSpec.{name} has no description"
+        out = " ".join(crds.kubectl("explain", f"gpujob.spec.{wire}").stdout.split())
+        assert f"FIELD: {wire}" in out and words in out, f"kubectl explain gpujob.spec.{wire}: {out[:500]}"
+
+
 def test_defaults_and_printer_columns(crds: Cluster, namespace: str) -> None:
     job = _in(namespace, next(c for c in VALID if c.name == "the base job").manifest)
     crds.apply(job)

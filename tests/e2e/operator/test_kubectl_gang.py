@@ -10,6 +10,7 @@ counts, never by name.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -21,6 +22,11 @@ import yaml
 
 from ..conftest import tool
 from .conftest import H100
+
+
+def parse_time(value: str) -> dt.datetime:
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
 
 REPO = Path(__file__).resolve().parents[3]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -101,6 +107,11 @@ def test_quota_blocked_why_says_what_the_operator_decided_with_its_numbers(ops: 
             "queuePosition") or {}).get("queue") == 2, timeout=30, interval=1)
         written = ops.status("behind")["queuePosition"]
         assert (written["cohort"], written["ahead"], written["aheadGPUs"]) == (1, 1, 16)
+        # Written once the job has waited 5 s, and not rewritten while its place does not move.
+        created = ops.get("behind")["metadata"]["creationTimestamp"]
+        assert parse_time(written["updatedAt"]) >= parse_time(created) + dt.timedelta(seconds=5), written
+        time.sleep(7)  # longer than the 5 s refresh: a rewrite would be due by now if any were made
+        assert ops.status("behind")["queuePosition"] == written
         rows = ops.cluster.kubectl("get", "gj", "-n", ops.namespace).stdout.splitlines()
         assert rows[0].split()[:4] == ["NAME", "QUEUE", "PHASE", "REASON"]
         assert next(r for r in rows if r.startswith("wait ")).split()[2:4] == ["Queued", "QuotaExhausted"]

@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kubegang.api import JobConditionType, JobPhase
+from kubegang.api import JobConditionType, JobPhase, QueueConditionType
 
 # The API defines the vocabulary once; the operator only names it shortly.
 Phase = JobPhase
@@ -39,7 +39,7 @@ def parse_rfc3339(value: str) -> dt.datetime:
 
 def set_condition(
     conditions: Sequence[Mapping[str, Any]],
-    cond_type: CondType,
+    cond_type: CondType | QueueConditionType,
     status: bool,
     reason: str,
     message: str,

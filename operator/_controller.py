@@ -16,10 +16,12 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
+from kubegang.api import QueueConditionReason, QueueConditionType
 from kubegang.operator import _metrics as metrics
 from kubegang.operator._admission import Admission
 from kubegang.operator._cache import ClusterCache
-from kubegang.operator._ports import KubePort, QuotaPort
+from kubegang.operator._conditions import set_condition
+from kubegang.operator._ports import KubePort, LeftOut, QuotaPort
 from kubegang.operator._queue_position import PositionReporter
 from kubegang.operator._quota_book import QuotaBook
 from kubegang.operator._supervisor import Supervisor
@@ -73,7 +75,7 @@ def queue_status(cache: ClusterCache, quota: QuotaPort) -> dict[str, dict[str, A
                 admitted[name] += 1
     usage = quota.usage()
     out: dict[str, dict[str, Any]] = {}
-    for name in cache.queues:
+    for name, body in cache.queues.items():
         u = usage.get(name)
         used = dict(u.usage) if u else {}
         borrowed = dict(u.borrowed) if u else {}
@@ -84,9 +86,22 @@ def queue_status(cache: ClusterCache, quota: QuotaPort) -> dict[str, dict[str, A
             "pending": pending[name],
             "admitted": admitted[name],
             "fairShare": round(u.fair_share, 6) if u else 0.0,
+            **_standing(body, quota.left_out.get(name)),
         }
         metrics.QUEUE_ADMITTED_JOBS.labels(name).set(admitted[name])
     return out
+
+
+def _standing(body: Mapping[str, Any], left_out: LeftOut | None) -> dict[str, Any]:
+    """observedGeneration and the ``Active`` condition: whether the queue is in the quota tree."""
+    generation = (body.get("metadata") or {}).get("generation")
+    if left_out is None:
+        reason, message = QueueConditionReason.IN_TREE, "in the quota tree: its jobs are admitted"
+    else:
+        reason, message = left_out.reason, f"left out of the quota tree: {left_out.message}"
+    conditions = set_condition((body.get("status") or {}).get("conditions") or [], QueueConditionType.ACTIVE,
+                               left_out is None, reason.value, message, observed_generation=generation)
+    return {"observedGeneration": generation, "conditions": conditions}
 
 
 class Controller:

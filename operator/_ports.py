@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from kubegang.admission import QuotaPort as CycleQuotaPort
 from kubegang.admission import WhatIfAnswer
-from kubegang.api import Placement
+from kubegang.api import Placement, QueueConditionReason
 from kubegang.operator._job import JobView
 from kubegang.operator._types import PlanResult, RepairResult, Verdict
 
@@ -30,6 +30,14 @@ class QueueUsage:
     """The queue's current (dominant) share, weighted."""
 
 
+@dataclasses.dataclass(frozen=True)
+class LeftOut:
+    """Why a GPUQueue is not in the quota tree (its ``Active`` condition)."""
+
+    reason: QueueConditionReason
+    message: str
+
+
 class QuotaPort(CycleQuotaPort[JobView], Protocol):
     """Hierarchical quota: the admission cycle's quota port, plus what the operator's housekeeping needs."""
 
@@ -43,6 +51,11 @@ class QuotaPort(CycleQuotaPort[JobView], Protocol):
 
     def usage(self) -> Mapping[str, QueueUsage]:
         """Per-queue usage for GPUQueue status."""
+        ...
+
+    @property
+    def left_out(self) -> Mapping[str, LeftOut]:
+        """GPUQueues the tree could not take, and why."""
         ...
 
 

@@ -9,12 +9,18 @@ names none may use any flavour its own queue path (leaf, then ancestors) lists, 
 leaf lists them. When a flavour is a GPU product seen on the nodes (label ``nvidia.com/gpu.product``),
 the gang is also placed on GPUs of that product, so quota and placement count the same GPUs. Unrelated
 queues of other trees never change a job's choice.
+
+A queue the tree cannot take (its parent does not exist, its parents form a cycle) is left out with
+everything under it, and the rest of the tree is built and admits as usual: one queue's mistake never
+freezes every other team's admissions. Each queue left out is reported (``left_out``) as its
+GPUQueue's ``Active`` condition, and its jobs wait as ``QueueInactive``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -22,10 +28,10 @@ from typing import Any
 import pydantic
 
 from kubegang.admission import Preemptible, quota_verdict
-from kubegang.api import GPUQueue
+from kubegang.api import GPUQueue, QueueConditionReason
 from kubegang.operator._conditions import parse_rfc3339
 from kubegang.operator._job import JobView
-from kubegang.operator._ports import QueueUsage
+from kubegang.operator._ports import LeftOut, QueueUsage
 from kubegang.operator._types import Verdict, WaitReason
 from kubegang.placement import MILLI
 from kubegang.quota import (
@@ -34,6 +40,7 @@ from kubegang.quota import (
     FlavorQuota,
     PendingJob,
     PreemptionPolicy,
+    ProblemKind,
     QueuePosition,
     QueueSpec,
     QuotaSpecError,
@@ -90,6 +97,40 @@ def queue_spec(body: Mapping[str, Any]) -> QueueSpec:
     )
 
 
+_REASON_OF = {
+    ProblemKind.UNKNOWN_PARENT: QueueConditionReason.PARENT_NOT_FOUND,
+    ProblemKind.CYCLE: QueueConditionReason.PARENT_CYCLE,
+    ProblemKind.INVALID: QueueConditionReason.INVALID_SPEC,
+}
+
+
+def build_tree(specs: Sequence[QueueSpec]) -> tuple[QuotaTree, dict[str, LeftOut]]:
+    """The tree of every spec it can take, and why each other one is left out.
+
+    A queue with a problem is left out, and so is every queue under it (its subtree's quota cannot be
+    counted without it); the rest is built again, until it validates (each round leaves at least one
+    queue out, so it ends).
+    """
+    left_out: dict[str, LeftOut] = {}
+    while True:
+        kept = [s for s in specs if s.name not in left_out]
+        try:
+            return QuotaTree(kept, unit=MILLI), left_out
+        except QuotaSpecError as exc:
+            for problem in exc.problems:
+                for name in problem.members or (problem.queue,):
+                    left_out.setdefault(name, LeftOut(_REASON_OF[problem.kind], str(problem)))
+        grew = True
+        while grew:
+            grew = False
+            for spec in specs:
+                if spec.name not in left_out and spec.parent in left_out:
+                    left_out[spec.name] = LeftOut(QueueConditionReason.PARENT_INACTIVE,
+                                                  f"queue {spec.name}: parent {spec.parent} is left out of the quota "
+                                                  f"tree ({left_out[spec.parent].message})")
+                    grew = True
+
+
 class QuotaBook:
     """QuotaPort backed by :class:`kubegang.quota.QuotaTree`."""
 
@@ -107,8 +148,14 @@ class QuotaBook:
         self._queue_priority: dict[str, int] = {}
         self._reserve_after: dict[str, float] = {}
         self._held: dict[str, JobView] = {}
+        self._left_out: dict[str, LeftOut] = {}
 
     # -- tree ------------------------------------------------------------------------------------
+    @property
+    def left_out(self) -> Mapping[str, LeftOut]:
+        """GPUQueues not in the tree, and why (written as their ``Active`` condition)."""
+        return self._left_out
+
     def set_queues(self, queues: Sequence[Mapping[str, Any]]) -> list[str]:
         specs: list[QueueSpec] = []
         problems: list[str] = []
@@ -128,12 +175,10 @@ class QuotaBook:
                 priorities[str(name)] = model.spec.priority
             if model.spec.backfill.reserve_after_seconds is not None:
                 reserve_after[str(name)] = float(model.spec.backfill.reserve_after_seconds)
-        try:
-            tree = QuotaTree(specs, unit=MILLI)
-        except QuotaSpecError as exc:
-            # Keep admitting under the last valid tree; the new one is reported, not half-applied.
-            return [*problems, str(exc)]
+        tree, left_out = build_tree(specs)
+        problems += [why.message for why in left_out.values()]
         self.tree = tree
+        self._left_out = left_out
         self._namespaces = namespaces
         self._queue_priority = priorities
         self._reserve_after = reserve_after
@@ -211,6 +256,10 @@ class QuotaBook:
     def _namespace_refusal(self, job: JobView) -> Verdict | None:
         """No for a job whose queue cannot take it whatever the usage: unknown, not a leaf, or not
         serving the job's namespace (each its own condition reason)."""
+        why = self._left_out.get(job.queue)
+        if why is not None:
+            return Verdict(False, f"queue {job.queue} is left out of the quota tree: {why.message}", never=True,
+                           cause=WaitReason.QUEUE_INACTIVE)
         if job.queue not in self.tree.queues:
             known = ", ".join(sorted(self.tree.leaves)) or "none"
             return Verdict(False, f"queue {job.queue} does not exist (leaf queues: {known})", never=True,
@@ -284,7 +333,20 @@ class QuotaBook:
         return self._reserve_after.get(job.queue)
 
     def running(self) -> list[JobView]:
-        return sorted(self._held.values(), key=lambda held: held.admitted_at or "")
+        return sorted(self._held.values(), key=self._started)
+
+    def _started(self, held: JobView) -> float:
+        """When the gang started (``startedAt``, else ``admittedAt``), wall-clock seconds; infinity (the
+        most recent of all, ties then go by UID as before) for a gang admitted so recently that neither
+        is known yet. Read from the job as it is now: the view this book recorded was taken at
+        admission, before either time was set, and every gang this leader admitted would look equally
+        old (the victim among them chosen by UID instead of by the work it would lose)."""
+        current = (self.job_of(held.uid) if self.job_of is not None else None) or held
+        if current.started_at is not None:
+            return current.started_at.timestamp()
+        if current.admitted_at:
+            return parse_rfc3339(current.admitted_at).timestamp()
+        return math.inf
 
     def ends_at(self, job: JobView) -> float | None:
         """``startedAt`` (now, if not yet Running) plus ``timeLimitSeconds``, on the cycle's monotonic
@@ -307,7 +369,7 @@ class QuotaBook:
                 held.queue,
                 self.usage_of(held),
                 self.priority(held),
-                parse_rfc3339(held.admitted_at).timestamp() if held.admitted_at else 0.0,
+                self._started(held),
             )
             for held in self._held.values()
         ]

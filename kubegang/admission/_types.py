@@ -95,6 +95,9 @@ class WaitReason(enum.StrEnum):
     """More than the queue could ever hold, even with every other queue idle."""
     QUEUE_NOT_FOUND = "QueueNotFound"
     """spec.queue names no GPUQueue."""
+    QUEUE_INACTIVE = "QueueInactive"
+    """spec.queue names a GPUQueue left out of the quota tree (its parent does not exist, its parents
+    form a cycle): the queue's Active condition says why."""
     NOT_A_LEAF_QUEUE = "NotALeafQueue"
     """spec.queue names a queue with children; jobs enter leaves only."""
     NAMESPACE_NOT_SERVED = "NamespaceNotServed"

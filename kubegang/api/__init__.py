@@ -30,6 +30,8 @@ from kubegang.api._gpuqueue import (
     GPUQueueSpec,
     GPUQueueStatus,
     PreemptionPolicy,
+    QueueConditionReason,
+    QueueConditionType,
 )
 from kubegang.api._levels import LEVEL_NAMES
 from kubegang.api._podsource import (
@@ -125,6 +127,8 @@ __all__ = [
     "PodTemplateSpec",
     "PreemptionPolicy",
     "PrinterColumn",
+    "QueueConditionReason",
+    "QueueConditionType",
     "QueuePosition",
     "RayGang",
     "RayGangError",

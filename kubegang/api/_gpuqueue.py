@@ -8,6 +8,7 @@ so the operator reports it as a condition instead. As in GPUJob, every CEL rule 
 
 from __future__ import annotations
 
+import enum
 from typing import Annotated, ClassVar, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
@@ -149,6 +150,25 @@ class FlavorAmount(ApiModel):
     """GPUs (fractions count shared-GPU jobs)."""
 
 
+class QueueConditionType(enum.StrEnum):
+    """Condition types a GPUQueue carries."""
+
+    ACTIVE = "Active"
+    """True: the queue is in the quota tree and its jobs are admitted; False: it is left out of the
+    tree (the reason says why), and so is every queue under it."""
+
+
+class QueueConditionReason(enum.StrEnum):
+    """Reasons of a GPUQueue's ``Active`` condition."""
+
+    IN_TREE = "InQuotaTree"
+    PARENT_NOT_FOUND = "ParentNotFound"
+    PARENT_CYCLE = "ParentCycle"
+    INVALID_SPEC = "InvalidSpec"
+    PARENT_INACTIVE = "ParentInactive"
+    """A queue above it is left out of the tree: its subtree's quota cannot be counted without it."""
+
+
 class GPUQueueStatus(ApiModel):
     """What the operator counts for this queue (its subtree included)."""
 
@@ -175,7 +195,8 @@ class GPUQueueStatus(ApiModel):
     observed_generation: int | None = Field(default=None, ge=0)
     """metadata.generation this status describes."""
     conditions: list[Condition] = Field(default_factory=list, max_length=32, json_schema_extra=CONDITIONS_SCHEMA_EXTRA)
-    """Conditions, e.g. a parent that does not exist or a cycle in the tree."""
+    """Conditions: ``Active`` says whether the queue is in the quota tree, and if not, why (a parent
+    that does not exist, a cycle of parents)."""
 
 
 class GPUQueue(Resource):

@@ -82,6 +82,17 @@ class QueueSpec:
     """What this queue's pending jobs may evict (meaningful on leaves)."""
 
 
+class ProblemKind(enum.StrEnum):
+    """What kind of thing is wrong with a queue spec (what its owner has to fix)."""
+
+    INVALID = "InvalidSpec"
+    """A field out of range or contradicting another (the API's validation normally refuses these)."""
+    UNKNOWN_PARENT = "ParentNotFound"
+    """``parent`` names a queue that does not exist."""
+    CYCLE = "ParentCycle"
+    """Following ``parent`` comes back to this queue."""
+
+
 @dataclass(frozen=True)
 class SpecProblem:
     """One thing wrong with a queue spec."""
@@ -89,6 +100,9 @@ class SpecProblem:
     queue: str
     field: str
     message: str
+    kind: ProblemKind = ProblemKind.INVALID
+    members: tuple[str, ...] = ()
+    """For a cycle, every queue on it (each is as broken as the one the problem is reported for)."""
 
     def __str__(self) -> str:
         return f"queue {self.queue}: {self.field}: {self.message}"
@@ -128,7 +142,8 @@ def _check_one(spec: QueueSpec, by_name: Mapping[str, QueueSpec], *, is_leaf: bo
     name = spec.name
     if spec.parent is not None and spec.parent not in by_name:
         known = ", ".join(sorted(by_name)) or "none"
-        out.append(SpecProblem(name, "parent", f"unknown queue {spec.parent!r} (known queues: {known})"))
+        out.append(SpecProblem(name, "parent", f"unknown queue {spec.parent!r} (known queues: {known})",
+                               ProblemKind.UNKNOWN_PARENT))
     if not isinstance(spec.weight, int | float) or not math.isfinite(spec.weight) or spec.weight < 0:
         out.append(SpecProblem(name, "weight", f"must be a finite number >= 0, got {spec.weight!r}"))
     for flavor, quota in spec.quotas.items():
@@ -177,7 +192,8 @@ def _check_cycles(by_name: Mapping[str, QueueSpec]) -> list[SpecProblem]:
             if not reported.intersection(cycle):
                 reported.update(cycle)
                 chain = " -> ".join([*cycle, cur])
-                out.append(SpecProblem(cur, "parent", f"queues form a cycle: {chain}"))
+                out.append(SpecProblem(cur, "parent", f"queues form a cycle: {chain}", ProblemKind.CYCLE,
+                                       tuple(cycle)))
     return out
 
 

@@ -4,6 +4,7 @@ from typing import Any
 
 from kubegang.operator._job import job_view
 from kubegang.operator._quota_book import QuotaBook
+from kubegang.operator._types import WaitReason
 
 
 def queue(name: str, nominal: int, parent: str | None = None, **spec: Any) -> dict[str, Any]:
@@ -64,11 +65,26 @@ def test_fair_share_order_puts_the_less_served_queue_first(job_body: Any) -> Non
     assert [j.name for j in b.order([a_next, b_next])] == ["b-next", "a-next"]
 
 
-def test_invalid_tree_keeps_the_previous_one(job_body: Any) -> None:
+def test_a_broken_queue_is_left_out_with_its_subtree_and_the_rest_of_the_tree_admits(job_body: Any) -> None:
     b = book()
-    problems = b.set_queues([queue("loop-a", 1, "loop-b"), queue("loop-b", 1, "loop-a")])
-    assert problems
-    assert b.can_admit(job_view(job_body("x", queue="team-a", replicas=1, gpus=8))).ok
+    good = [queue("org", 0), queue("team-a", 16, "org"), queue("team-b", 16, "org")]
+    broken = [queue("loop-a", 8, "loop-b"), queue("loop-b", 8, "loop-a"), queue("under-loop", 8, "loop-a"),
+              queue("orphan", 8, "no-such-parent")]
+    problems = b.set_queues([*good, *broken])
+    assert len(problems) == 4 and any("cycle" in p for p in problems)
+    reasons = {name: why.reason.value for name, why in b.left_out.items()}
+    assert reasons == {"loop-a": "ParentCycle", "loop-b": "ParentCycle", "under-loop": "ParentInactive",
+                       "orphan": "ParentNotFound"}
+    assert "parent loop-a is left out" in b.left_out["under-loop"].message
+    # One team's mistake does not stop the others: the valid part of the tree is the tree.
+    assert b.admit(job_view(job_body("x", queue="team-a", replicas=1, gpus=8))).ok
+    stuck = b.can_admit(job_view(job_body("y", queue="under-loop", replicas=1, gpus=8)))
+    assert not stuck.ok and stuck.never and stuck.cause is WaitReason.QUEUE_INACTIVE
+    assert "left out of the quota tree" in stuck.reason and "cycle" in stuck.reason
+    # Fixed, they are back.
+    fixed = [queue("loop-a", 8, "org"), queue("loop-b", 8, "loop-a"), queue("under-loop", 8, "loop-a")]
+    assert b.set_queues([*good, *fixed]) == [] and b.left_out == {}
+    assert b.can_admit(job_view(job_body("y", queue="under-loop", replicas=1, gpus=8))).ok
 
 
 def flavoured(name: str, flavors: list[tuple[str, int]], parent: str | None = None) -> dict[str, Any]:
@@ -139,3 +155,23 @@ def test_a_shared_gpu_job_is_charged_its_share_in_thousandths(job_body: Any) -> 
     assert refused.reason.startswith("queue tiny needs 0.25 nvidia.com/gpu but can get 0 now: nominal 1, 1 in use")
     b.release("uid-s0")
     assert b.can_admit(shared("s4")).ok and b.usage()["tiny"].usage == {"nvidia.com/gpu": 0.75}
+
+
+def test_the_most_recently_started_borrower_is_the_first_victim_whatever_its_uid(job_body: Any) -> None:
+    # The book records a job at admission, before startedAt exists: it must read the start from the
+    # job as it is now, or every gang this leader admitted looks equally old and the UID decides.
+    for early_uid, late_uid in (("uid-a", "uid-z"), ("uid-z", "uid-a")):
+        now: dict[str, Any] = {}
+        b = QuotaBook(priority_of=lambda job: 0, job_of=now.get)
+        assert b.set_queues([queue("org", 0), queue("team-a", 16, "org"),
+                             queue("team-b", 16, "org", preemption={"reclaimFromBorrowers": "Any"})]) == []
+        early = job_body("own", uid=early_uid, queue="team-a", replicas=2, gpus=8)
+        late = job_body("borrow", uid=late_uid, queue="team-a", replicas=2, gpus=8)
+        for body in (early, late):
+            assert b.admit(job_view(body)).ok
+        for body, started in ((early, "2025-01-01T00:01:00Z"), (late, "2025-01-01T00:05:00Z")):
+            now[body["metadata"]["uid"]] = job_view({**body, "status": {
+                "phase": "Running", "admittedAt": started, "startedAt": started}})
+        assert [j.uid for j in b.running()] == [early_uid, late_uid]  # longest-running first
+        reclaimer = job_view(job_body("b-job", namespace="team-b", queue="team-b", replicas=2, gpus=8))
+        assert b.quota_victims(reclaimer, [c.job.uid for c in b.preemption_candidates(reclaimer)]) == [late_uid]

@@ -88,3 +88,25 @@ async def test_queue_status_is_written_at_most_every_interval_and_the_last_chang
     await controller.step()
     await controller._queue_status_task
     assert len(writes) == first + 1 and writes[-1][0] == "team-a" and writes[-1][1] != writes[0][1]
+
+
+async def test_queue_status_says_which_queues_are_in_the_tree_and_keeps_the_transition_time(
+        job_body: Any, make_world: Any) -> None:
+    queues = [gpu_queue("org"), gpu_queue("team-a", 16, "org"), gpu_queue("loop-a", 8, "loop-b"),
+              gpu_queue("loop-b", 8, "loop-a")]
+    for body in queues:
+        body["metadata"]["generation"] = 3
+    w = make_world({}, {"node-0": 8}, queues=queues)
+    await w.cycle()
+    status = queue_status(w.cache, w.quota)
+    active = {name: [(c["type"], c["status"], c["reason"], c["observedGeneration"]) for c in s["conditions"]]
+              for name, s in status.items()}
+    assert active["team-a"] == [("Active", "True", "InQuotaTree", 3)]
+    assert active["loop-a"] == active["loop-b"] == [("Active", "False", "ParentCycle", 3)]
+    assert all(s["observedGeneration"] == 3 for s in status.values())
+    # Once written (as of an hour ago), the next pass finds the same status: no rewrite, and the
+    # condition's lastTransitionTime stays the time it flipped.
+    for name, s in status.items():
+        s["conditions"] = [{**c, "lastTransitionTime": "2025-01-01T00:00:00Z"} for c in s["conditions"]]
+        w.cache.queues[name] = {**w.cache.queues[name], "status": s}
+    assert queue_status(w.cache, w.quota) == status

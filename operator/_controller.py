@@ -50,8 +50,13 @@ class Leadership(Protocol):
 Resync = Callable[[ClusterCache], Awaitable[None]]
 
 
-def queue_status(cache: ClusterCache, quota: QuotaPort) -> dict[str, dict[str, Any]]:
-    """The status of every GPUQueue: usage and borrowing from quota, job counts from the cache."""
+def queue_status(cache: ClusterCache, quota: QuotaPort,
+                 written: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """The status of every GPUQueue: usage and borrowing from quota, job counts from the cache.
+
+    ``written``: what this leader last wrote per queue. Its conditions are the ones to carry on (their
+    ``lastTransitionTime`` included) while the watch has not echoed them yet, so a late echo does not
+    make every pass a new write; a new leader starts from the conditions the API has."""
     parents = {name: (body.get("spec") or {}).get("parent") for name, body in cache.queues.items()}
 
     def up(queue: str) -> list[str]:
@@ -86,20 +91,22 @@ def queue_status(cache: ClusterCache, quota: QuotaPort) -> dict[str, dict[str, A
             "pending": pending[name],
             "admitted": admitted[name],
             "fairShare": round(u.fair_share, 6) if u else 0.0,
-            **_standing(body, quota.left_out.get(name)),
+            **_standing(body, quota.left_out.get(name), (written or {}).get(name)),
         }
         metrics.QUEUE_ADMITTED_JOBS.labels(name).set(admitted[name])
     return out
 
 
-def _standing(body: Mapping[str, Any], left_out: LeftOut | None) -> dict[str, Any]:
+def _standing(body: Mapping[str, Any], left_out: LeftOut | None,
+              written: Mapping[str, Any] | None) -> dict[str, Any]:
     """observedGeneration and the ``Active`` condition: whether the queue is in the quota tree."""
     generation = (body.get("metadata") or {}).get("generation")
+    previous = (written or {}).get("conditions") or (body.get("status") or {}).get("conditions") or []
     if left_out is None:
         reason, message = QueueConditionReason.IN_TREE, "in the quota tree: its jobs are admitted"
     else:
         reason, message = left_out.reason, f"left out of the quota tree: {left_out.message}"
-    conditions = set_condition((body.get("status") or {}).get("conditions") or [], QueueConditionType.ACTIVE,
+    conditions = set_condition(previous, QueueConditionType.ACTIVE,
                                left_out is None, reason.value, message, observed_generation=generation)
     return {"observedGeneration": generation, "conditions": conditions}
 
@@ -208,7 +215,7 @@ class Controller:
 
     async def write_queue_status(self) -> None:
         """Patch each GPUQueue's status when it changed since the last write."""
-        for name, status in queue_status(self.cache, self.admission.quota).items():
+        for name, status in queue_status(self.cache, self.admission.quota, self._written).items():
             if self._written.get(name) == status:
                 continue
             await self.kube.patch_queue_status(name, status)

@@ -80,6 +80,10 @@ IDEAS: dict[str, Callable[[], Policy]] = {
     "2 reservations in time": lambda: KubegangPolicy(backfill=BackfillPolicy(max_reservations=2)),
     "limits, re-planned, reserve after 30 min": lambda: KubegangPolicy(
         backfill=BackfillPolicy(planned_reserve_after_seconds=1800.0)),
+    # What a reservation buys at all: kubegang with none, and Slurm with one (EASY) instead of five.
+    "no reservations": lambda: KubegangPolicy(
+        backfill=BackfillPolicy(reserve_after_seconds=None, planned_reserve_after_seconds=None)),
+    "slurm-tree, 1 reservation (EASY)": lambda: SlurmTreeModel(reserve=1),
 }
 
 

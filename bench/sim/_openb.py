@@ -117,6 +117,14 @@ def inflate(tasks: Sequence[Task], capacity: float, rng: random.Random, ratio: f
     return out
 
 
+def arrivals(trace: Sequence[Task], capacity: float, seed: int) -> list[Task]:
+    """The tasks of one shuffled replay, in arrival order: the trace in ``seed``'s random order, then
+    its clones (``inflate``), as the paper's artifact runs it."""
+    order = list(trace)
+    random.Random(seed).shuffle(order)
+    return inflate(order, capacity, random.Random(seed))
+
+
 def workload_mix(tasks: Sequence[Task]) -> WorkloadMix:
     """The trace's GPU task mix, the distribution FGD measures fragmentation against (as the paper
     does: the target workload's shapes by popularity). The paper's artifact keeps the most popular
@@ -338,10 +346,8 @@ def replay(cluster: Cluster, workload: str, policy: str, seeds: Sequence[int],
     prefix: _Replay | None = None
     if shuffle:
         for seed in seeds:
-            order = list(trace)
-            random.Random(seed).shuffle(order)
             run = _Replay(cluster, policy, random.Random(seed), workload=mix)
-            run.feed(inflate(order, cluster.gpus, random.Random(seed)))
+            run.feed(arrivals(trace, cluster.gpus, seed))
             curves.append(run.curve())
         return curves
     if policy in DETERMINISTIC:

@@ -110,13 +110,6 @@ def measure(cluster: Cluster, tasks: Sequence[openb.Task], mix: WorkloadMix, *, 
     return waste
 
 
-def arrival_order(trace: Sequence[openb.Task], cluster: Cluster, seed: int) -> list[openb.Task]:
-    """The experiment's arrivals for ``seed``: the trace shuffled, then its clones (``openb.replay``)."""
-    order = list(trace)
-    random.Random(seed).shuffle(order)
-    return openb.inflate(order, cluster.gpus, random.Random(seed))
-
-
 def render(workload: str, at: float, runs: Sequence[tuple[int, Waste]]) -> str:
     """Markdown: per seed, then the leftover histogram and the dropped kinds pooled over seeds."""
     lines = [f"### `{workload}` at {at:g}% arrived (seeds {', '.join(str(s) for s, _ in runs)})", "",
@@ -161,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         trace = openb.load_tasks(workload)
         mix = openb.workload_mix(trace)
         seeds = range(TUNING_SEED_BASE + 1, TUNING_SEED_BASE + 1 + args.seeds)
-        runs = [(seed, measure(cluster, arrival_order(trace, cluster, seed), mix, policy=args.policy, at=args.at,
+        runs = [(seed, measure(cluster, openb.arrivals(trace, cluster.gpus, seed), mix, policy=args.policy, at=args.at,
                                seed=seed)) for seed in seeds]
         text += render(workload, args.at, runs) + "\n"
     text += f"{args.policy}; {time.perf_counter() - start:.0f} s.\n"

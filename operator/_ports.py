@@ -53,6 +53,10 @@ class QuotaPort(CycleQuotaPort[JobView], Protocol):
         """Per-queue usage for GPUQueue status."""
         ...
 
+    def finished_run(self, job: JobView, seconds: float) -> None:
+        """``job`` succeeded ``seconds`` after it started: a run time for backfill's predictions."""
+        ...
+
     @property
     def left_out(self) -> Mapping[str, LeftOut]:
         """GPUQueues the tree could not take, and why."""

@@ -46,7 +46,9 @@ from kubegang.quota import (
     QuotaSpecError,
     QuotaTree,
     ReclaimFromBorrowers,
+    RunClass,
     RunningJob,
+    RunTimeHistory,
     WithinQueue,
     candidates_for,
     fits_after_eviction,
@@ -149,6 +151,8 @@ class QuotaBook:
         self._reserve_after: dict[str, float] = {}
         self._held: dict[str, JobView] = {}
         self._left_out: dict[str, LeftOut] = {}
+        self.history = RunTimeHistory()
+        """Run times of the gangs this leader saw succeed (a new leader starts without: no predictions)."""
 
     # -- tree ------------------------------------------------------------------------------------
     @property
@@ -348,6 +352,13 @@ class QuotaBook:
             return parse_rfc3339(current.admitted_at).timestamp()
         return math.inf
 
+    def finished_run(self, job: JobView, seconds: float) -> None:
+        """``job`` succeeded ``seconds`` after it started: a run time for the predictions."""
+        self.history.observe(_run_class(job), seconds)
+
+    def predicted_run_seconds(self, job: JobView) -> float | None:
+        return self.history.predict(_run_class(job))
+
     def ends_at(self, job: JobView) -> float | None:
         """``startedAt`` (now, if not yet Running) plus ``timeLimitSeconds``, on the cycle's monotonic
         clock."""
@@ -410,3 +421,8 @@ def _why(reason: CandidateReason, preemptor: JobView, victim: JobView) -> str:
     if reason is CandidateReason.RECLAIM_FROM_BORROWERS:
         return f"to reclaim nominal quota of queue {preemptor.queue} (queue {victim.queue} was borrowing it)"
     return f"(higher priority; queue {victim.queue} was running on borrowed quota)"
+
+
+def _run_class(job: JobView) -> RunClass:
+    """What makes two GPUJobs the same kind of run (``kubegang.quota.RunClass``)."""
+    return RunClass(job.queue, job.total_gpus, job.time_limit)

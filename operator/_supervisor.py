@@ -299,6 +299,8 @@ class Supervisor:
     async def _finish(self, job: JobView, phase: Phase, decision: Decision) -> None:
         await self.admission.teardown(job, keep_finished_pods=True)
         now = self.admission.clock()
+        if phase is Phase.SUCCEEDED and job.started_at is not None:
+            self.admission.quota.finished_run(job, max(0.0, (now - job.started_at).total_seconds()))
         patch = transition(job.status, phase, decision.reason, decision.message, now=now)
         patch |= status_fields(GPUJobStatus(finished_at=timestamp(now), ready_replicas=decision.ready))
         await self._write(job, patch)

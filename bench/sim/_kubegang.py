@@ -55,7 +55,9 @@ from kubegang.quota import (
     PreemptionPolicy,
     QueueSpec,
     QuotaTree,
+    RunClass,
     RunningJob,
+    RunTimeHistory,
     WithinQueue,
     candidates_for,
     fits_after_eviction,
@@ -100,6 +102,10 @@ class _SimJob:
         return self.job.time_limit if self.use_limits else None
 
 
+def _run_class(job: _SimJob) -> RunClass:
+    return RunClass(job.queue, job.job.gpus, job.time_limit)
+
+
 class _TreeQuota:
     """The cycle's quota port over ``kubegang.quota`` for simulated jobs."""
 
@@ -108,6 +114,8 @@ class _TreeQuota:
         self.clock = clock
         self.running_jobs: dict[str, tuple[_SimJob, float]] = {}
         """UID -> (job, start time) of admitted jobs."""
+        self.history = RunTimeHistory()
+        """Run times of the jobs that finished, as the operator records its finished GPUJobs."""
 
     def pending_job(self, job: _SimJob) -> PendingJob:
         return PendingJob(job.uid, job.queue, {job.job.product or ANY_PRODUCT: job.job.gpus}, job.job.priority,
@@ -156,6 +164,15 @@ class _TreeQuota:
 
     def running(self) -> list[_SimJob]:
         return [job for job, _ in sorted(self.running_jobs.values(), key=lambda pair: pair[1])]
+
+    def finished(self, job_uid: str, now: float) -> None:
+        """``job_uid`` ran to its end at ``now``: its run time joins the history (before ``release``)."""
+        held = self.running_jobs.get(job_uid)
+        if held is not None:
+            self.history.observe(_run_class(held[0]), now - held[1])
+
+    def predicted_run_seconds(self, job: _SimJob) -> float | None:
+        return self.history.predict(_run_class(job))
 
     def ends_at(self, job: _SimJob) -> float | None:
         limit = job.time_limit
@@ -212,6 +229,7 @@ class KubegangPolicy:
 
     def finished(self, job: Job, now: float) -> None:
         self.now = now
+        self.quota.finished(job.id, now)
         self.quota.release(job.id)
         self.cycle.forget(job.id)
 

@@ -84,6 +84,8 @@ IDEAS: dict[str, Callable[[], Policy]] = {
     "no reservations": lambda: KubegangPolicy(
         backfill=BackfillPolicy(reserve_after_seconds=None, planned_reserve_after_seconds=None)),
     "slurm-tree, 1 reservation (EASY)": lambda: SlurmTreeModel(reserve=1),
+    # EASY++'s predictions where a wrong one costs only the job that ran long (evicted for the holder).
+    "predicted tenants": lambda: KubegangPolicy(backfill=BackfillPolicy(predicted_tenants=True)),
 }
 
 

@@ -19,7 +19,10 @@ One cycle, as Kueue's ``schedule()``:
    Unschedulable; not now → preemption, else Queued.
 4. **Placement** — ``Plan`` the whole gang (nodes reserved for another job's backfill excluded),
    flavour by flavour; a pod larger than every node → Unschedulable; no room → preemption, else
-   Queued. Then take the quota, ``Reserve`` the placement and ``Admit``: the next decision counts both.
+   Queued. With ``predicted_tenants``, a job kept off reserved nodes by its time limit but predicted
+   to leave them in time (``QuotaPort.predicted_run_seconds``) is planned again with them, as their
+   tenant; a holder evicts tenants past their prediction once that alone lets it start (before step 5).
+   Then take the quota, ``Reserve`` the placement and ``Admit``: the next decision counts both.
 5. **Preemption** — one victim chooser: the quota policy offers candidates (least disruptive first);
    quota picks the fewest it needs gone (``kubegang.quota.quota_victims``); the placement port's
    ``WhatIf`` adds what the GPUs still need, among the candidates only; quota confirms the preemptor
@@ -254,6 +257,9 @@ class AdmissionCycle(Generic[J, P]):
         fitting = [option for option, verdict in possible if verdict.ok]
         if not fitting:
             first, verdict = possible[0]
+            reclaimed = yield from self._reclaim(first, excluded, now)
+            if reclaimed is not None:
+                return reclaimed
             waiting = f"waiting for quota in queue {job.queue}: {verdict.reason}"
             entry = yield from self._preempt_or_queue(first, WaitReason.QUOTA_EXHAUSTED, waiting, excluded)
             return (yield from self._blocked(first, entry, now))
@@ -267,9 +273,27 @@ class AdmissionCycle(Generic[J, P]):
                 chosen = (option, answer.placement)
                 break
             refusals.append(answer)
+        lenders: list[str] = []
+        predicted_end: float | None = None
+        if chosen is None and not all(answer.never for answer in refusals):
+            # (4b) Predicted tenants: reserved nodes it would leave in time by its predicted run.
+            predicted = self.quota.predicted_run_seconds(job) if self.backfill.policy.predicted_tenants else None
+            predicted_end = None if predicted is None else now + predicted
+            lenders = self.backfill.lenders_to(job.uid, ends_by, predicted_end)
+            if lenders:
+                lodging = (job.excluded_nodes | self.backfill.excluded_for(job.uid, predicted_end)
+                           | self._claimed_by_others(job.uid))
+                for option in fitting:
+                    answer = yield Plan(option, lodging, job.previous_domain)
+                    if answer.placement is not None:
+                        chosen = (option, answer.placement)
+                        break
         if chosen is None:
             if all(answer.never for answer in refusals):
                 return self._entry(job, AdmitResult.UNSCHEDULABLE, WaitReason.EXCEEDS_CLUSTER, refusals[0].reason)
+            reclaimed = yield from self._reclaim(fitting[0], excluded, now)
+            if reclaimed is not None:
+                return reclaimed
             first_refusal = next(answer.reason for answer in refusals if not answer.never)
             entry = yield from self._preempt_or_queue(
                 fitting[0], WaitReason.INSUFFICIENT_GPUS, f"waiting for GPUs: {first_refusal}", excluded)
@@ -290,7 +314,13 @@ class AdmissionCycle(Generic[J, P]):
         self.backfill.forget(option.uid)
         self._planned_with.pop(option.uid, None)
         self._claims.pop(option.uid, None)
-        return Entry(option, AdmitResult.ADMITTED, message=f"admitted to queue {job.queue}", placement=placement)
+        message = f"admitted to queue {job.queue}"
+        if lenders and predicted_end is not None:
+            self.backfill.lodge(option.uid, lenders, predicted_end)
+            message += (f"; may run on nodes reserved for another job, as its run is predicted to end in "
+                        f"{predicted_end - now:.0f}s (before that job's latest start there): if it runs longer "
+                        "and that job can start, it is evicted and queued again")
+        return Entry(option, AdmitResult.ADMITTED, message=message, placement=placement)
 
     # (5) Preemption -------------------------------------------------------------------------------
     def _claimed_by_others(self, uid: str) -> frozenset[str]:
@@ -306,12 +336,43 @@ class AdmissionCycle(Generic[J, P]):
             return self._entry(job, AdmitResult.QUEUED, reason, message)
         for victim, why in victims:
             yield Evict(victim, job, why)
+            self.backfill.unlodge(victim.uid)
         self._running_memo = None
         self._preempting[job.uid] = frozenset(victim.uid for victim, _ in victims)
         self._claims[job.uid] = (nodes, self.clock() + CLAIM_SECONDS)
         names = ", ".join(victim.key for victim, _ in victims)
         return Entry(job, AdmitResult.PREEMPTING, WaitReason.PREEMPTING, f"{message}; preempting {names}",
                      victims=tuple(victim for victim, _ in victims))
+
+    def _reclaim(self, job: J, excluded: frozenset[str], now: float
+                 ) -> Generator[Effect[J, P], Any, Entry[J, P] | None]:
+        """A reservation holder evicts its tenants that outlived their predicted run, once that alone
+        lets it start (the fewest of them: ``WhatIf`` over those tenants); None while other gangs, or
+        tenants still within their prediction, hold what it needs."""
+        late = self.backfill.overdue_tenants(job.uid, now)
+        if not late:
+            return None
+        running = {r.uid: r for r in self._running_ends()[0]}
+        overdue = tuple(running[uid] for uid in late if uid in running)
+        if not overdue:
+            return None
+        answer: WhatIfAnswer = yield WhatIf(job, overdue, excluded)
+        if not answer.victims or any(uid not in running for uid in answer.victims):
+            return None
+        if not self.quota.can_admit_without(job, answer.victims).ok:
+            return None  # their GPUs would not be enough for its quota: they run on
+        victims = [running[uid] for uid in answer.victims]
+        for victim in victims:
+            yield Evict(victim, job, "to let the job whose reserved nodes it ran on start: it ran past its "
+                                     "predicted run time")
+            self.backfill.unlodge(victim.uid)
+        self._running_memo = None
+        self._preempting[job.uid] = frozenset(victim.uid for victim in victims)
+        self._claims[job.uid] = (answer.nodes, self.clock() + CLAIM_SECONDS)
+        names = ", ".join(victim.key for victim in victims)
+        return Entry(job, AdmitResult.PREEMPTING, WaitReason.PREEMPTING,
+                     f"its reserved nodes are free but for tenants that ran past their predicted run time; "
+                     f"evicting {names}", victims=tuple(victims))
 
     def _choose_victims(self, job: J, excluded: frozenset[str]
                         ) -> Generator[Effect[J, P], Any, tuple[list[tuple[J, str]], frozenset[str]]]:
@@ -405,6 +466,11 @@ class AdmissionCycle(Generic[J, P]):
         unknown. ``planned_only``: only a reservation whose start is known (None otherwise)."""
         every, ends = self._running_ends()
         running = [r for r in every if r.uid != job.uid]
+        # Its tenants are gone by their predicted end, or evicted then (``_reclaim``): not by their limits,
+        # which would move its start later with every tenant it takes.
+        tenants = self.backfill.tenants(job.uid)
+        if tenants:
+            ends = {uid: max(now, tenants[uid]) if uid in tenants else end for uid, end in ends.items()}
         base = job.excluded_nodes | self._claimed_by_others(job.uid)
         limited = sorted((r for r in running if ends[r.uid] is not None), key=lambda r: ends[r.uid] or 0.0)
 

@@ -64,3 +64,8 @@ class QuotaPort(Protocol[J]):
         """When the running gang ``job`` ends at the latest, in the cycle's clock: its start (now, if it
         has not started) plus its time limit; None when it has none."""
         ...
+
+    def predicted_run_seconds(self, job: J) -> float | None:
+        """How long ``job`` is predicted to run once started, from finished gangs like it
+        (``kubegang.quota.RunTimeHistory``); None: no prediction (backfill keeps to its time limit)."""
+        ...

@@ -3,7 +3,8 @@
 Pure accounting, no Kubernetes: the operator converts GPUQueue objects into ``QueueSpec`` values,
 builds a ``QuotaTree``, keeps pending jobs in ``PendingQueues``, lets ``Backfill`` say which blocked
 heads step aside or reserve their nodes, asks ``candidates_for`` whom a waiting job may evict and
-``quota_victims`` which of those quota needs gone.
+``quota_victims`` which of those quota needs gone; ``RunTimeHistory`` predicts run times from
+finished gangs for backfill.
 Semantics and examples: docs/quota.md.
 """
 
@@ -27,6 +28,7 @@ from kubegang.quota._decision import Decision, Ok, Refusal, Shortfall, Unschedul
 from kubegang.quota._fairshare import dominant_share, share_path
 from kubegang.quota._pending import PendingJob, PendingQueues, admission_order, leaf_heads
 from kubegang.quota._position import QueuePosition, queue_positions
+from kubegang.quota._runtime import RunClass, RunTimeHistory
 from kubegang.quota._spec import (
     BorrowWithinParent,
     FlavorQuota,
@@ -68,6 +70,8 @@ __all__ = [
     "QuotaTree",
     "ReclaimFromBorrowers",
     "Refusal",
+    "RunClass",
+    "RunTimeHistory",
     "RunningJob",
     "Shortfall",
     "SpecProblem",

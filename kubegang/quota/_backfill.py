@@ -32,6 +32,12 @@ The rule, Slurm's EASY backfill, with run-time estimates where jobs give a time 
    it is gone before the holder could use them, so it costs the holder nothing and the GPUs do not
    idle while they drain (Slurm's backfill). Such a reservation may be taken sooner
    (``planned_reserve_after_seconds``): it costs little when short jobs fill its window.
+5. **Predicted tenants** (``predicted_tenants``): a job whose limit ends too late, but whose run time
+   predicted from finished gangs like it (``kubegang.quota.RunTimeHistory``) ends by the latest start,
+   may run on the reservation's nodes as its *tenant*. A tenant still running past its predicted end
+   when the holder could start by evicting tenants alone is evicted (whole, requeued), so a wrong
+   prediction costs the tenant its work, never the holder its start. EASY++'s predictions, with the
+   limit still bounding every promise made to the holder.
 
 Pure bookkeeping: the caller (the simulator, the operator) asks the placement engine for the
 reservation's nodes and passes ``excluded_for(job)`` to it for every other gang.
@@ -88,6 +94,10 @@ class BackfillPolicy:
     """Seconds a job may stay blocked before it reserves when every gang it would wait for has a time
     limit, so its latest start is known and jobs that end before it may use its nodes meanwhile; None:
     ``reserve_after_seconds`` for those too."""
+    predicted_tenants: bool = False
+    """Whether a job whose time limit ends after a reservation's latest start, but whose predicted run
+    time ends before it, may run on the reservation's nodes as its tenant: evicted (requeued) if still
+    running past its prediction when the holder could start. False: such a job waits (Slurm's rule)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.strategy, QueueingStrategy):
@@ -132,6 +142,8 @@ class Backfill:
         self.policy = policy or BackfillPolicy()
         self._blocked_since: dict[str, float] = {}
         self._reserved: dict[str, BackfillReservation] = {}
+        self._tenants: dict[str, dict[str, float]] = {}
+        """Holder -> its tenants (``predicted_tenants``) and when each is predicted to end."""
 
     @property
     def steps_aside(self) -> bool:
@@ -193,14 +205,14 @@ class Backfill:
     def excluded_for(self, job_id: str, ends_by: float | None = None, *,
                      starts_at: float | None = None) -> frozenset[str]:
         """Nodes ``job_id`` must not be placed on: those reserved for other jobs, less those of
-        reservations it would leave in time (``ends_by``: its start plus its time limit) and, when it
-        would start only at ``starts_at`` (a reservation being planned), those whose holder is gone
-        by then (reservations in time)."""
+        reservations it would leave in time (``ends_by``: its start plus its time limit, or its predicted
+        end where it would be a tenant) and, when it would start only at ``starts_at`` (a reservation
+        being planned), those whose holder is gone by then (reservations in time)."""
         out: set[str] = set()
         for holder, held in self._reserved.items():
             if holder == job_id:
                 continue
-            if ends_by is not None and held.starts_by is not None and ends_by <= held.starts_by:
+            if _gone_in_time(held, ends_by):
                 continue  # gone before the holder could start there
             if starts_at is not None and held.ends_by is not None and starts_at >= held.ends_by:
                 continue  # starts after the holder has gone
@@ -215,11 +227,50 @@ class Backfill:
                    and (starts_by is None or held.ends_by is None or held.ends_by > starts_by)
                    for holder, held in self._reserved.items())
 
+    def lenders_to(self, job_id: str, ends_by: float | None, predicted_end: float | None) -> list[str]:
+        """The holders whose nodes ``job_id`` is kept off by its limit (``ends_by``) but may use as their
+        tenant, its run predicted to end at ``predicted_end`` before they could start; empty unless the
+        policy takes ``predicted_tenants``."""
+        if not self.policy.predicted_tenants or predicted_end is None:
+            return []
+        return [holder for holder, held in self._reserved.items()
+                if holder != job_id and held.nodes and not _gone_in_time(held, ends_by)
+                and _gone_in_time(held, predicted_end)]
+
+    def lodge(self, job_id: str, holders: Iterable[str], predicted_end: float) -> None:
+        """``job_id`` was admitted onto the nodes of ``holders`` as their tenant, predicted to end at
+        ``predicted_end``."""
+        for holder in holders:
+            if holder in self._reserved:
+                self._tenants.setdefault(holder, {})[job_id] = predicted_end
+
+    def tenants(self, holder: str) -> dict[str, float]:
+        """The tenants of ``holder`` and when each is predicted to end (some may have ended since)."""
+        return dict(self._tenants.get(holder, {}))
+
+    def overdue_tenants(self, holder: str, now: float) -> list[str]:
+        """The tenants of ``holder`` past their predicted end at ``now`` (some may have ended since: the
+        caller checks), in the order they were lodged."""
+        return [uid for uid, end in self._tenants.get(holder, {}).items() if end <= now]
+
+    def unlodge(self, job_id: str) -> None:
+        """``job_id`` ended, was evicted or admitted afresh: it is nobody's tenant (until it lodges again)."""
+        for tenants in self._tenants.values():
+            tenants.pop(job_id, None)
+
     def forget(self, job_id: str) -> None:
-        """``job_id`` started, or left the queue: drop its wait and its reservation."""
+        """``job_id`` started, ended or left the queue: drop its wait, its reservation, its tenants and
+        its own tenancy."""
         self._blocked_since.pop(job_id, None)
         self._reserved.pop(job_id, None)
+        self._tenants.pop(job_id, None)
+        self.unlodge(job_id)
 
     def order(self, heads: Sequence[PendingJob]) -> list[PendingJob]:
         """``heads`` (in admission order) with reservation holders first among their priority."""
         return sorted(heads, key=lambda h: (-h.priority, h.job_id not in self._reserved))
+
+
+def _gone_in_time(held: BackfillReservation, ends_by: float | None) -> bool:
+    """Whether a gang that ends by ``ends_by`` leaves ``held``'s nodes before its holder could start."""
+    return ends_by is not None and held.starts_by is not None and ends_by <= held.starts_by

@@ -180,3 +180,34 @@ def test_with_time_limits_a_second_reservation_takes_the_first_holders_nodes_fro
     # "long" (limit 20 h) would run past both reservations' starts: kept off until big-2 has started.
     assert result.started["long"] >= 10 * HOUR
     assert result.metrics.completed == 5
+
+
+def _tenant_run(predicted: bool, tenant_runs: float) -> RunResult:
+    # 4 nodes. "p" (limit 5 h) ran 30 min from 0: a run time of its class, (team-0, 8 GPUs, 5 h). "a" holds
+    # a node for 10 h, "b" one for 2 h, "c" one for 3 h; "big" needs three from 1 h and reserves b's, c's
+    # and the free node, starting by 3 h at the latest. "t" (limit 5 h) would run past that by its
+    # limit, but its class predicts 30 min: a tenant of the free reserved node.
+    cluster = load_cluster("superpod-h100", limit=4)
+    jobs = [_limited("p", 0.0, 1, HOUR / 2, 5 * HOUR), _limited("a", 0.0, 1, 10 * HOUR, 10 * HOUR),
+            _limited("b", 0.0, 1, 2 * HOUR, 2 * HOUR), _limited("c", 0.0, 1, 3 * HOUR, 3 * HOUR),
+            _limited("big", HOUR, 3, HOUR, HOUR), _limited("t", HOUR + 1.0, 1, tenant_runs, 5 * HOUR)]
+    policy = BackfillPolicy(reserve_after_seconds=None, planned_reserve_after_seconds=0.0,
+                            predicted_tenants=predicted)
+    return simulate(KubegangPolicy(backfill=policy), cluster, jobs, horizon=100 * HOUR)
+
+
+def test_a_job_predicted_to_end_before_the_reservation_runs_on_its_nodes_and_the_holder_still_starts_in_time() -> None:
+    result = _tenant_run(predicted=True, tenant_runs=HOUR / 2)
+    assert result.started["t"] == HOUR + 1.0  # a tenant at once, gone at 1.5 h
+    assert result.started["big"] == 3 * HOUR and result.metrics.evictions == 0
+    # Without predictions its limit keeps it off the reserved node until "big" has run.
+    assert _tenant_run(predicted=False, tenant_runs=HOUR / 2).started["t"] >= 3 * HOUR
+
+
+def test_a_tenant_that_runs_past_its_prediction_is_evicted_when_the_holder_could_start() -> None:
+    result = _tenant_run(predicted=True, tenant_runs=4 * HOUR)
+    assert result.started["big"] == 3 * HOUR  # not delayed by the tenant: evicted for it
+    assert result.metrics.evictions == 1
+    assert result.metrics.evicted_gpu_hours == (3 * HOUR - HOUR - 1.0) * 8 / HOUR
+    assert result.started["t"] >= 4 * HOUR  # queued again, ran when "big" had ended
+    assert result.metrics.completed == 6

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kubegang.operator._cache import ClusterCache
+from kubegang.operator._job import job_view
 from kubegang.operator._supervisor import FULL_PASS_SECONDS
 
 from .conftest import make_job_body
@@ -144,3 +145,18 @@ def test_pending_after_any_changes_is_what_a_fresh_cache_finds(ops: list[tuple[A
             fresh.upsert_pod({"metadata": {"name": name, "labels": {"kubegang.io/job-uid": uid}}})
     fresh.assumed.update({uid: dict(status) for uid, status in cache.assumed.items()})
     assert [job.uid for job in cache.pending()] == [job.uid for job in fresh.pending()]
+
+
+async def test_a_gang_that_succeeds_gives_its_run_time_to_backfill_predictions(make_world: Any, job_body: Any) -> None:
+    w = await _running_world(make_world, job_body, jobs=1)
+    started = w.last_status("team-a/job-0")["startedAt"]
+    assert started == T0.strftime("%Y-%m-%dT%H:%M:%SZ")
+    _at(w, 600)
+    pod = next(p for p in w.kube.pods() if p["metadata"]["name"] == "job-0-0")
+    w.see_pod({**pod, "spec": {**pod["spec"], "nodeName": pod["metadata"]["annotations"]["kubegang.io/node"]},
+               "status": {"phase": "Succeeded", "containerStatuses": [{"state": {"terminated": {"exitCode": 0}}}]}})
+    await w.supervisor.run_pass()
+    await w.admission.settle()
+    assert w.last_status("team-a/job-0")["phase"] == "Succeeded"
+    view = job_view(job_body("another", replicas=1, gpus=8))
+    assert w.admission.quota.predicted_run_seconds(view) == 600.0  # same queue, GPUs and limit (none)

@@ -36,7 +36,7 @@ from __future__ import annotations
 import csv
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -283,6 +283,9 @@ class Curve:
     allocation: list[float]
     placed: int
     failed: int
+    dropped: list[int] = field(default_factory=list)
+    """Tasks dropped so far at each arrived point (0: every task that arrived was placed, so the
+    allocation is what arrived, whatever the policy)."""
     locality: LocalityRecorder | None = None
     """GPUs of multi-GPU tasks inside their nodes, production and topology-blind (``_locality``)."""
 
@@ -307,6 +310,7 @@ class _Replay:
         self.placed = 0
         self.failed = 0
         self.points: list[float] = []
+        self.dropped: list[int] = []
 
     def feed(self, tasks: Sequence[Task]) -> None:
         capacity = self.cluster.gpus
@@ -327,10 +331,13 @@ class _Replay:
             self.arrived += task.gpu_request
             while len(self.points) < ARRIVED_POINTS and self.arrived * 100.0 >= len(self.points) * capacity:
                 self.points.append(100.0 * self.allocated / capacity)
+                self.dropped.append(self.failed)
 
     def curve(self) -> Curve:
-        points = self.points + [self.points[-1] if self.points else 0.0] * (ARRIVED_POINTS - len(self.points))
-        return Curve(points, self.placed, self.failed, self.locality)
+        missing = ARRIVED_POINTS - len(self.points)
+        points = self.points + [self.points[-1] if self.points else 0.0] * missing
+        dropped = self.dropped + [self.failed] * missing
+        return Curve(points, self.placed, self.failed, dropped, self.locality)
 
 
 def replay(cluster: Cluster, workload: str, policy: str, seeds: Sequence[int],
@@ -360,6 +367,7 @@ def replay(cluster: Cluster, workload: str, policy: str, seeds: Sequence[int],
             run = _Replay(cluster, policy, rng, prefix.snapshot.clone())
             run.arrived, run.allocated = prefix.arrived, prefix.allocated
             run.placed, run.failed, run.points = prefix.placed, prefix.failed, list(prefix.points)
+            run.dropped = list(prefix.dropped)
         else:
             run = _Replay(cluster, policy, rng, workload=mix)
             run.feed(trace)

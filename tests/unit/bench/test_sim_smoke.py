@@ -140,6 +140,13 @@ def test_openb_replay_on_a_subset_allocates_monotonically(policy: str) -> None:
         assert all(b >= a - 1e-9 for a, b in zip(curve.allocation, curve.allocation[1:], strict=False))
         assert 0.0 < curve.allocation[-1] <= 100.0
         assert curve.failed > 0  # 130% of the subset's GPUs were asked for
+        # Drops so far, per point: none at first, never fewer later, all of them at the end.
+        assert len(curve.dropped) == openb.ARRIVED_POINTS and curve.dropped[0] == 0
+        assert all(b >= a for a, b in zip(curve.dropped, curve.dropped[1:], strict=False))
+        assert curve.dropped[-1] == curve.failed
+        # Until the first drop the allocation is what arrived: the point's share of the capacity.
+        first = next(p for p, n in enumerate(curve.dropped) if n)
+        assert all(curve.allocation[p] >= p - 1e-9 for p in range(first))
 
 
 @pytest.mark.parametrize("policy", sorted(openb.OPENB_POLICIES))

@@ -138,13 +138,37 @@ def plot_openb(data: dict[str, Any], plots: Path) -> list[str]:
     return files
 
 
+E2E_RESULTS = ROOT / "bench" / "e2e" / "results.json"
+"""The raw figures of the run docs/benchmarks-e2e.md shows (``bench.e2e.run`` writes both)."""
+THREE_WAY = ROOT / "bench" / "e2e" / "flapping" / "full-before-three-way.json"
+"""The last full-size run with a Kueue half, kept for when the page's own run has none."""
+
+
+def _e2e_what() -> str:
+    """What the end-to-end page compares, as its current run does: with a Kueue half or without."""
+    what = ("in one run on the real local control plane: starts and pods bound per second, CPU per job and per "
+            "pod per process, API writes per pod")
+    try:
+        halves = json.loads(E2E_RESULTS.read_text())
+    except (OSError, ValueError):
+        halves = {}
+    if isinstance(halves, dict) and halves.get("kueue"):
+        return ("GPUJobs through kubegang, the same jobs through the real Kueue, and the same pods through plain "
+                f"kube-scheduler, {what}")
+    text = (f"GPUJobs through kubegang and the same pods through plain kube-scheduler (and, with `--only` left "
+            f"out, the same jobs through the real Kueue), {what}. The page's current run has no Kueue half")
+    if THREE_WAY.exists():
+        name = THREE_WAY.relative_to(ROOT)
+        text += (f"; the last full-size run with one is `{name}`, rendered by "
+                 f"`python -m bench.e2e.run --render --results {name} --doc DOC`")
+    return text
+
+
 def e2e_lines() -> list[str]:
     """Section 3 names the end-to-end pages and quotes no figure: they are rewritten by their own runs
     (``bench.e2e.run``, ``bench.e2e.scale``) more often than this page, which would otherwise keep a
     copy that contradicts them (it once showed 7.83 GPUJob starts/s long after the e2e page said 15)."""
-    pages = [(E2E, "GPUJobs through kubegang, the same jobs through the real Kueue, and the same pods "
-                   "through plain kube-scheduler, in one run on the real local control plane: starts and "
-                   "pods bound per second, CPU per job and per pod per process, API writes per pod"),
+    pages = [(E2E, _e2e_what()),
              (E2E.with_name("benchmarks-e2e-contended.md"), "the contended variant (1.5x the cluster, "
                                                              "jobs that finish)"),
              (E2E.with_name("benchmarks-e2e-scale.md"), "the same benchmark at 256, 1,024 and 4,096 nodes, "

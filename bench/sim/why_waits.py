@@ -7,9 +7,11 @@ Runs the gang workloads of ``bench.run_all`` on *tuning* seeds (``bench._gangs.T
 - **fit but waiting**: after every scheduling pass, the jobs still waiting that the free GPUs could
   hold right then (counted per node, ``FlavourCapacity.pods_fit`` at the cluster level, reservations
   ignored), time-averaged: jobs a scheduler left waiting although there was room for them;
-- one idea, as an extra policy row: ``kubegang, max_rounds=64``, the admission cycle with a deeper
-  backfill walk (``CycleSettings.max_rounds``: how many blocked heads step aside per cycle; the
-  operator runs the default, 8). Reported whether kept or not; it is **not** what the operator runs.
+- one idea, as an extra policy row: ``kubegang, predicted tenants``, the admission cycle with
+  ``BackfillPolicy(predicted_tenants=True)`` (jobs predicted from finished runs to leave a
+  reservation's nodes in time run there, evicted if they run past the prediction when the holder
+  could start). Reported whether kept or not; it is **not** what the operator runs. (The idea of the
+  first version of this page, a backfill walk 64 heads deep, is the cycle's default since.)
 
 Writes ``DIR/why-kubegang-waits.md`` (default docs/benchmarks/) and prints it.
 """
@@ -43,15 +45,16 @@ from bench.sim import (
 )
 from bench.sim._stats import interval, paired
 from kubegang.levels import Level
+from kubegang.quota import BackfillPolicy
 from kubegang.topology import flavour_key
 
 DEFAULT_OUT = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 ROWS = (("superpod-h100", "kalos"), ("gb200-nvl72", "kalos"), ("superpod-h100", "philly"), ("gb200-nvl72", "philly"))
 SIZE_CLASSES = ((1, 1, "1 GPU"), (2, 8, "2-8"), (16, 64, "16-64"), (128, 1 << 30, "128+"))
-IDEA = "kubegang, max_rounds=64"
+IDEA = "kubegang, predicted tenants"
 POLICIES: dict[str, Callable[[], Policy]] = {
     "kubegang": KubegangPolicy,
-    IDEA: lambda: KubegangPolicy(max_rounds=64),
+    IDEA: lambda: KubegangPolicy(backfill=BackfillPolicy(predicted_tenants=True)),
     "gang-binpack": GangBinpackModel,
     "slurm-tree": SlurmTreeModel,
 }
@@ -150,7 +153,7 @@ def render(runs: list[dict[str, Any]], seeds: list[int], jobs: int, wall: float)
     lines += ["", "*fit but waiting*: time-averaged number of waiting jobs (and their GPUs) that the free GPUs could "
               "hold right after a scheduling pass (counted per node; reservations ignored), first arrival to "
               "last completion.", "",
-              f"## The idea: a deeper backfill walk (`{IDEA}`)", "",
+              f"## The idea: run times predicted from finished jobs for tenants of a reservation (`{IDEA}`)", "",
               "Paired differences to `kubegang` (same seeds); *ahead* would need the interval to exclude zero.", "",
               "| shape | workload | alloc (arrivals) points | p95 delay h | makespan h | large p99 h |",
               "|---|---|---:|---:|---:|---:|"]

@@ -42,3 +42,14 @@ def test_a_markdown_file_as_out_is_refused(tmp_path: Path, capsys: pytest.Captur
     with pytest.raises(SystemExit):
         run_all.main(["--out", str(tmp_path / "benchmarks.md")])
     assert "--out is a directory" in capsys.readouterr().err
+
+
+def test_section_3_says_whether_the_end_to_end_page_has_a_kueue_half(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = tmp_path / "results.json"
+    monkeypatch.setattr(run_all, "E2E_RESULTS", results)
+    results.write_text(json.dumps({"plain": {}, "kubegang": {}}))
+    assert "has no Kueue half" in run_all._e2e_what()
+    results.write_text(json.dumps({"plain": {}, "kubegang": {}, "kueue": {"pods": 1}}))
+    what = run_all._e2e_what()
+    assert "the same jobs through the real Kueue, and the same pods" in what and "no Kueue half" not in what

@@ -49,7 +49,9 @@ def test_the_analysis_page_links_resolve_and_quotes_the_generated_experiment_row
     section = generated.split("## The idea", 1)[1].split("Absolute figures", 1)[0]
     rows = {tuple(c.strip() for c in line.strip("|").split("|")[2:]) for line in section.splitlines()
             if line.startswith("| ") and "shape" not in line}
-    quoted = {tuple(c.strip().replace("−", "-") for c in line.strip("|").split("|")[1:])
-              for line in page.split("## The idea tried", 1)[1].split("\n\n")[2].splitlines()
-              if line.startswith("| ") and "shape" not in line}
+    # The section on the idea the tool now measures quotes the generated table, whole.
+    section = page.split("## Predicted run times for tenants", 1)[1]
+    table = section.split("| shape | workload | alloc (arrivals) points |", 1)[1].split("\n\n", 1)[0]
+    quoted = {tuple(c.strip().replace("−", "-") for c in line.strip("|").split("|")[2:])
+              for line in table.splitlines() if line.startswith("| ") and "---" not in line}
     assert rows and quoted == rows

@@ -334,6 +334,11 @@ class AdmissionCycle(Generic[J, P]):
         victims, nodes = yield from self._choose_victims(job, excluded)
         if not victims:
             return self._entry(job, AdmitResult.QUEUED, reason, message)
+        return (yield from self._evict(job, victims, nodes, f"{message}; preempting"))
+
+    def _evict(self, job: J, victims: Sequence[tuple[J, str]], nodes: frozenset[str], message: str) -> _Step[J, P]:
+        """Evict ``victims`` (each with why) for ``job``, which then waits for them and holds the ``nodes``
+        they free (``CLAIM_SECONDS``); ``message`` is followed by their names."""
         for victim, why in victims:
             yield Evict(victim, job, why)
             self.backfill.unlodge(victim.uid)
@@ -341,7 +346,7 @@ class AdmissionCycle(Generic[J, P]):
         self._preempting[job.uid] = frozenset(victim.uid for victim, _ in victims)
         self._claims[job.uid] = (nodes, self.clock() + CLAIM_SECONDS)
         names = ", ".join(victim.key for victim, _ in victims)
-        return Entry(job, AdmitResult.PREEMPTING, WaitReason.PREEMPTING, f"{message}; preempting {names}",
+        return Entry(job, AdmitResult.PREEMPTING, WaitReason.PREEMPTING, f"{message} {names}",
                      victims=tuple(victim for victim, _ in victims))
 
     def _reclaim(self, job: J, excluded: frozenset[str], now: float
@@ -361,18 +366,10 @@ class AdmissionCycle(Generic[J, P]):
             return None
         if not self.quota.can_admit_without(job, answer.victims).ok:
             return None  # their GPUs would not be enough for its quota: they run on
-        victims = [running[uid] for uid in answer.victims]
-        for victim in victims:
-            yield Evict(victim, job, "to let the job whose reserved nodes it ran on start: it ran past its "
-                                     "predicted run time")
-            self.backfill.unlodge(victim.uid)
-        self._running_memo = None
-        self._preempting[job.uid] = frozenset(victim.uid for victim in victims)
-        self._claims[job.uid] = (answer.nodes, self.clock() + CLAIM_SECONDS)
-        names = ", ".join(victim.key for victim in victims)
-        return Entry(job, AdmitResult.PREEMPTING, WaitReason.PREEMPTING,
-                     f"its reserved nodes are free but for tenants that ran past their predicted run time; "
-                     f"evicting {names}", victims=tuple(victims))
+        why = "to let the job whose reserved nodes it ran on start: it ran past its predicted run time"
+        return (yield from self._evict(job, [(running[uid], why) for uid in answer.victims], answer.nodes,
+                                       "its reserved nodes are free but for tenants that ran past their "
+                                       "predicted run time; evicting"))
 
     def _choose_victims(self, job: J, excluded: frozenset[str]
                         ) -> Generator[Effect[J, P], Any, tuple[list[tuple[J, str]], frozenset[str]]]:

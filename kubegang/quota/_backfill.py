@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kubegang.quota._pending import PendingJob
@@ -244,9 +244,9 @@ class Backfill:
             if holder in self._reserved:
                 self._tenants.setdefault(holder, {})[job_id] = predicted_end
 
-    def tenants(self, holder: str) -> dict[str, float]:
+    def tenants(self, holder: str) -> Mapping[str, float]:
         """The tenants of ``holder`` and when each is predicted to end (some may have ended since)."""
-        return dict(self._tenants.get(holder, {}))
+        return self._tenants.get(holder, {})
 
     def overdue_tenants(self, holder: str, now: float) -> list[str]:
         """The tenants of ``holder`` past their predicted end at ``now`` (some may have ended since: the

@@ -19,7 +19,6 @@ when the holder could start (``kubegang.quota.BackfillPolicy.predicted_tenants``
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
 from dataclasses import dataclass
 
 DEFAULT_DEPTH = 2
@@ -45,7 +44,7 @@ class RunTimeHistory:
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
             raise ValueError(f"RunTimeHistory.depth: {depth!r} must be an integer >= 1")
         self.depth = depth
-        self._runs: dict[Hashable, deque[float]] = {}
+        self._runs: dict[RunClass, deque[float]] = {}
 
     def observe(self, run: RunClass, seconds: float) -> None:
         """A gang of class ``run`` ran ``seconds`` from its start to its end (it finished by itself)."""

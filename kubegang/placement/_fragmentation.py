@@ -9,12 +9,15 @@ abstract: for one task shape s, the free GPU capacity of the node that s cannot 
 - otherwise the free thousandths on GPUs that s cannot use (too little room, or a model s does
   not accept).
 
-Memory is a hard constraint of placement but, as in the paper (its measure has CPU and GPU
-only), it does not strand GPUs in the measure unless the mix asks for it (``count_memory``).
-Counting it made FGD spend the few nodes with the most CPU *and* memory on mid-size pods (a
-4-GPU pod "strands" the other half of a smaller node for memory-hungry shapes), so the large
-pods that only those nodes can hold failed early: on openb ``multigpu50`` kubegang fell behind
-best fit between 62% and 96% of arrived workload.
+Memory strands GPUs as CPU does: a node's free GPUs are a fragment to a shape whose memory
+request its free memory cannot meet (``count_memory``, on by default; the paper's measure has CPU
+and GPU only). Counting it alone made FGD spend the few nodes with the most CPU *and* memory on
+mid-size pods (a 4-GPU pod "strands" the other half of a smaller node for memory-hungry shapes),
+so the large pods that only those nodes can hold failed early (openb ``multigpu50``: behind best
+fit between 62% and 96% of arrived workload). Those nodes are a *node class* whose free GPUs the
+demand only they can hold needs, and ``_exhaustion`` keeps other pods off such a class while it is
+short of them; with both, memory counts without that loss (docs/benchmarks-analysis.md, "Memory in
+the measure, with node classes").
 
 A node's fragmentation is the expectation over the workload's mix of shapes,
 ``F(node) = sum_s p(s) * frag_s(node)``, in GPUs. Placing a pod changes only its own node's F,
@@ -110,13 +113,13 @@ class WorkloadMix:
     paper's "typical pods" keep 95%, but on openb every shape counted did better), and is
     re-derived every ``refresh_every`` observations (``version`` moves then, which invalidates the
     memoised fragmentation values), so a busy stream of requests does not defeat memoisation.
-    ``count_memory`` makes a node's free memory strand GPUs in the measure, as its CPU does (off by
-    default, as in the paper; see the module docstring).
+    ``count_memory`` makes a node's free memory strand GPUs in the measure, as its CPU does (on by
+    default; the paper's measure leaves memory out; see the module docstring).
     """
 
     def __init__(self, shapes: Mapping[TaskShape, float] | None = None, *, half_life: float = 5000.0,
                  coverage: float = 1.0, max_shapes: int = 256, refresh_every: int = 200,
-                 count_memory: bool = False) -> None:
+                 count_memory: bool = True) -> None:
         if not half_life > 0:
             raise ValueError(f"WorkloadMix.half_life must be > 0 observations, got {half_life}")
         if not 0 < coverage <= 1:

@@ -226,7 +226,8 @@ def _plan_single(gang: GangRequest, snapshot: Snapshot) -> Placement | None:
 
     Ties between node states go to best fit; between nodes in one state, to the leaf with the
     fewest whole free nodes (keep those for gangs), then the lowest node number. A pod that
-    accepts any GPU goes off scarce GPU models when another node takes it (``_exhaustion``). None
+    accepts any GPU goes off scarce GPU models, and every pod off scarce node classes, when another
+    node takes it (``_exhaustion``). None
     when no node takes the pod (the caller's search then says why).
     """
     cap = snapshot.capacity.get(gang.flavour)
@@ -242,8 +243,9 @@ def _plan_single(gang: GangRequest, snapshot: Snapshot) -> Placement | None:
     index = snapshot.fragmentation
     shape = TaskShape.of(gang)
     scarce = _exhaustion.spare_for(gang.flavour, snapshot)
-    # First off the GPU models whose free GPUs are short of the demand only they can serve, then anywhere.
-    for keep_off in (scarce, frozenset()) if scarce else (frozenset(),):
+    # First off the GPU models and node classes whose free GPUs are short of the demand only they
+    # can serve, then anywhere.
+    for keep_off in (scarce, _exhaustion.NOTHING) if scarce else (_exhaustion.NOTHING,):
         for choice, members in index.ranked(shape):
             nodes = [n for n in members if not _exhaustion.on_scarce(snapshot, n, keep_off)] if keep_off else members
             if not nodes:

@@ -54,7 +54,8 @@ def node_scores(pod: GangRequest, snapshot: Snapshot, node_names: Iterable[str])
     return {name: _node_score(pod, shape, scarce, snapshot, name) for name in node_names}
 
 
-def _node_score(pod: GangRequest, shape: TaskShape, scarce: frozenset[str], snapshot: Snapshot, node: str) -> int:
+def _node_score(pod: GangRequest, shape: TaskShape, scarce: _exhaustion.KeepOff, snapshot: Snapshot,
+                node: str) -> int:
     n = snapshot.topology.node_number.get(node)
     if n is None or node_reason(snapshot, n, pod) is not None:
         return 0

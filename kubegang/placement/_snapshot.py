@@ -19,10 +19,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from kubegang.placement._classes import NodeClasses
 from kubegang.placement._fragmentation import FragmentationIndex, WorkloadMix
 from kubegang.placement._gpus import GpuWiring, wiring_of
 from kubegang.placement._request import MILLI
-from kubegang.topology import CapacityIndex, TopologyIndex, gpu_keys
+from kubegang.topology import ANY_FLAVOUR, CapacityIndex, TopologyIndex, gpu_keys
 
 
 class AllocationError(RuntimeError):
@@ -71,6 +72,7 @@ class Snapshot:
         """The pod mix fragmentation is measured against (long-lived: pass the same one to every
         snapshot you build, and ``observe`` requests on it)."""
         self._fragmentation: FragmentationIndex | None = None
+        self._classes: NodeClasses | None = None
         self.capacity = CapacityIndex(topology)
         self.gpu_position: list[dict[int, int]] = []
         """Per node: GPU device index -> position in the per-node lists below."""
@@ -122,6 +124,15 @@ class Snapshot:
         if self._fragmentation is None:
             self._fragmentation = FragmentationIndex(self)
         return self._fragmentation
+
+    @property
+    def node_classes(self) -> NodeClasses:
+        """Nodes grouped by what they could hold at all, with free GPUs per class (built on first
+        use, then kept current)."""
+        if self._classes is None:
+            every = self.capacity.get(ANY_FLAVOUR)
+            self._classes = NodeClasses(self.topology, every.free if every is not None else ())
+        return self._classes
 
     def free_milli(self, node: str, gpu: int) -> int:
         n = self._node(node)
@@ -273,6 +284,8 @@ class Snapshot:
         self.pods_used[n] += sign
         if self._fragmentation is not None:
             self._fragmentation.dirty.add(n)
+        if self._classes is not None and ANY_FLAVOUR in deltas:
+            self._classes.free[self._classes.of[n]] += deltas[ANY_FLAVOUR]
         if sign == _ALLOC:
             self._held.setdefault(a.owner, {})[a.pod] = a
         else:

@@ -46,16 +46,17 @@ def test_expectation_over_the_mix() -> None:
     assert frag(mix, [1000] * 8) == 0.0
 
 
-def test_cpu_and_model_make_a_node_unusable_memory_only_when_counted() -> None:
+def test_cpu_model_and_memory_make_a_node_unusable_memory_unless_told_not_to() -> None:
     shape = TaskShape(1, cpu_milli=4000, memory_mib=8192, flavours=("gpu:H100",))
-    mix = WorkloadMix({shape: 1.0})
+    mix = WorkloadMix({shape: 1.0}, count_memory=False)
     assert frag(mix, [1000, 1000], cpu=8000, mem=16384, keys=H100) == 0.0
     assert frag(mix, [1000, 1000], cpu=3999, mem=16384, keys=H100) == 2.0
     assert frag(mix, [1000, 1000], cpu=8000, mem=16384, keys=("gpu:A100", ANY_FLAVOUR)) == 2.0
-    # As in the paper, the measure has CPU and GPU only: short memory strands nothing...
+    # The paper's measure has CPU and GPU only: short memory strands nothing...
     assert frag(mix, [1000, 1000], cpu=8000, mem=8191, keys=H100) == 0.0
-    # ...unless the mix is told to count it.
-    counted = WorkloadMix({shape: 1.0}, count_memory=True)
+    # ...ours counts it by default.
+    counted = WorkloadMix({shape: 1.0})
+    assert counted.count_memory
     assert frag(counted, [1000, 1000], cpu=8000, mem=8191, keys=H100) == 2.0
     assert frag(counted, [1000, 1000], cpu=8000, mem=8192, keys=H100) == 0.0
 
@@ -75,8 +76,9 @@ def test_mid_size_pod_leaves_the_big_memory_node_for_the_pods_only_it_holds() ->
     # n0: 8 GPUs, 96 CPUs, 384 GiB; n1: 8 GPUs, 128 CPUs, 768 GiB, the only node for the
     # 120-CPU pods. A 4-GPU pod of 60 CPUs and 313 GiB leaves too little memory on n0 for the
     # mix's 4-GPU pods (32 CPUs, 313 GiB); counting memory calls that stranding and sends the
-    # pod to n1, so the big pod that follows has nowhere to go (openb multigpu50). The paper's
-    # CPU-and-GPU measure keeps n1 whole.
+    # pod to n1. That is right while n1 has GPUs to spare for the pods only it holds; once their
+    # demand needs them, n1's class is scarce and the pod keeps off it (``_exhaustion``; tested in
+    # test_exhaustion.py). The paper's CPU-and-GPU measure keeps n1 whole.
     def cluster(mix: WorkloadMix) -> Snapshot:
         return Snapshot(compile_index([
             NodeInfo("n0", {}, tuple(GPUInfo(j) for j in range(8)), cpu_milli=96_000, memory_mib=393_216),

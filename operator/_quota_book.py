@@ -150,6 +150,10 @@ class QuotaBook:
         self._queue_priority: dict[str, int] = {}
         self._reserve_after: dict[str, float] = {}
         self._held: dict[str, JobView] = {}
+        self._order: dict[str, int] = {}
+        """Job UID -> when this book first recorded it (a counter): which of two gangs that started
+        in the same second (``startedAt`` has whole seconds) was admitted later."""
+        self._recorded = 0
         self._left_out: dict[str, LeftOut] = {}
         self.history = RunTimeHistory()
         """Run times of the gangs this leader saw succeed (a new leader starts without: no predictions)."""
@@ -187,6 +191,7 @@ class QuotaBook:
         self._queue_priority = priorities
         self._reserve_after = reserve_after
         self._held = {}
+        self._order = {}
         return problems
 
     def path_flavors(self, queue: str) -> list[str]:
@@ -312,12 +317,16 @@ class QuotaBook:
 
     def _keep(self, held: JobView) -> None:
         assert held.flavor is not None
+        if held.uid not in self._held:
+            self._recorded += 1
+            self._order[held.uid] = self._recorded
         self._held[held.uid] = held
         self._assigned[held.uid] = held.flavor
 
     def release(self, job_uid: str) -> None:
         self.tree.release(job_uid)
         self._held.pop(job_uid, None)
+        self._order.pop(job_uid, None)
         self._assigned.pop(job_uid, None)
 
     def positions(self, pending: Sequence[JobView]) -> dict[str, QueuePosition]:
@@ -346,10 +355,13 @@ class QuotaBook:
         admission, before either time was set, and every gang this leader admitted would look equally
         old (the victim among them chosen by UID instead of by the work it would lose)."""
         current = (self.job_of(held.uid) if self.job_of is not None else None) or held
+        # Status times have whole seconds: within one, the gang this book recorded later is the
+        # more recent (a fraction of a second at most, so it never reorders different seconds).
+        within = (self._order.get(held.uid, 0) % 1_000_000) * 1e-7
         if current.started_at is not None:
-            return current.started_at.timestamp()
+            return current.started_at.timestamp() + within
         if current.admitted_at:
-            return parse_rfc3339(current.admitted_at).timestamp()
+            return parse_rfc3339(current.admitted_at).timestamp() + within
         return math.inf
 
     def finished_run(self, job: JobView, seconds: float) -> None:

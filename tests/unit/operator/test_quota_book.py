@@ -169,9 +169,13 @@ def test_the_most_recently_started_borrower_is_the_first_victim_whatever_its_uid
         late = job_body("borrow", uid=late_uid, queue="team-a", replicas=2, gpus=8)
         for body in (early, late):
             assert b.admit(job_view(body)).ok
-        for body, started in ((early, "2025-01-01T00:01:00Z"), (late, "2025-01-01T00:05:00Z")):
-            now[body["metadata"]["uid"]] = job_view({**body, "status": {
-                "phase": "Running", "admittedAt": started, "startedAt": started}})
-        assert [j.uid for j in b.running()] == [early_uid, late_uid]  # longest-running first
-        reclaimer = job_view(job_body("b-job", namespace="team-b", queue="team-b", replicas=2, gpus=8))
-        assert b.quota_victims(reclaimer, [c.job.uid for c in b.preemption_candidates(reclaimer)]) == [late_uid]
+        # Status times have whole seconds; "late" may have started in the same second as "early"
+        # (the e2e tree example did once): the book's admission order decides then, not the UID.
+        for late_start in ("2025-01-01T00:05:00Z", "2025-01-01T00:01:00Z"):
+            for body, started in ((early, "2025-01-01T00:01:00Z"), (late, late_start)):
+                now[body["metadata"]["uid"]] = job_view({**body, "status": {
+                    "phase": "Running", "admittedAt": started, "startedAt": started}})
+            assert [j.uid for j in b.running()] == [early_uid, late_uid], late_start  # longest-running first
+            reclaimer = job_view(job_body("b-job", namespace="team-b", queue="team-b", replicas=2, gpus=8))
+            victims = b.quota_victims(reclaimer, [c.job.uid for c in b.preemption_candidates(reclaimer)])
+            assert victims == [late_uid], (late_start, early_uid)

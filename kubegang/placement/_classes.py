@@ -36,8 +36,8 @@ class NodeClasses:
         self.keys: list[ClassKey] = list(ids)
         self.free = [0] * len(self.keys)
         """Whole free GPUs per class (kept current by ``Snapshot``)."""
-        for n, c in enumerate(self.of):
-            self.free[c] += any_free[n] if any_free else 0
+        for c, free in zip(self.of, any_free, strict=False):  # no whole GPU anywhere: no ``any_free``
+            self.free[c] += free
         self.exclusive_memo: weakref.WeakKeyDictionary[WorkloadMix, tuple[int, tuple[float, ...]]] = (
             weakref.WeakKeyDictionary())
         """Mix -> (its version, demand share bound to each class); filled by ``_exhaustion``."""

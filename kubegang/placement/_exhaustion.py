@@ -77,13 +77,18 @@ def bound_demand(mix: WorkloadMix) -> dict[str, float]:
     return shares
 
 
+def _free_whole_gpus(snapshot: Snapshot) -> int:
+    """The cluster's free whole GPUs: what both rules compare a model's or a class's share with."""
+    every = snapshot.capacity.get(ANY_FLAVOUR)
+    return every.free_sum[Level.CLUSTER][0] if every is not None else 0
+
+
 def scarce_products(snapshot: Snapshot) -> frozenset[str]:
     """Flavour keys of the GPU models whose free whole GPUs are short of their bound demand share."""
     demand = bound_demand(snapshot.workload)
     if not demand:
         return frozenset()
-    every = snapshot.capacity.get(ANY_FLAVOUR)
-    free_total = every.free_sum[Level.CLUSTER][0] if every is not None else 0
+    free_total = _free_whole_gpus(snapshot)
     if free_total <= 0:
         return frozenset()
     scarce = set()
@@ -118,8 +123,7 @@ def scarce_classes(snapshot: Snapshot) -> frozenset[int]:
     if len(classes.keys) < 2:
         return frozenset()  # one class holds everything anyone asks for: nothing is bound to it
     demand = exclusive_demand(snapshot.workload, classes)
-    every = snapshot.capacity.get(ANY_FLAVOUR)
-    free_total = every.free_sum[Level.CLUSTER][0] if every is not None else 0
+    free_total = _free_whole_gpus(snapshot)
     if free_total <= 0:
         return frozenset()
     return frozenset(c for c, share in enumerate(demand) if share and classes.free[c] < share * free_total)

@@ -9,6 +9,7 @@ of the cluster's processes over the window, then delete what it made and wait un
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import resource
 import time
@@ -371,6 +372,30 @@ def idle(target: Target, seconds: float) -> dict[str, Any]:
     before = procstats.sample_cluster(target.cluster_dir)
     time.sleep(seconds)
     return {"seconds": seconds, "processes": procstats.window(before, procstats.sample_cluster(target.cluster_dir))}
+
+
+GC_DISCOVERY_SECONDS = 30.0
+"""kube-controller-manager's garbage collector looks for new resources in discovery this often
+(``garbagecollector.Sync``'s period, fixed in kube-controller-manager)."""
+
+
+def settle_garbage_collector(target: Target, crd: str = "gpujobs.kubegang.io", margin: float = 5.0) -> float:
+    """Wait until the garbage collector watches the GPUJobs, as it does in a cluster where kubegang
+    was installed before the jobs came; the seconds waited.
+
+    Until its discovery pass has found a new custom resource, the collector knows a pod's GPUJob
+    owner only as a "virtual" node and GETs it from the API server to check it exists: one live
+    read per job, which users never pay (the CRDs are installed with the chart long before a
+    burst). A quick run that started its burst 10 s after ``kubegang up`` served 387 such GETs of
+    GPUJobs (21 s of request time); one that waited served none."""
+    with target.api.client() as c:
+        resp = c.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
+    resp.raise_for_status()
+    created = resp.json()["metadata"]["creationTimestamp"]
+    age = time.time() - datetime.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+    wait = max(0.0, GC_DISCOVERY_SECONDS + margin - age)
+    time.sleep(wait)
+    return round(wait, 1)
 
 
 def leader_identity(target: Target) -> str | None:

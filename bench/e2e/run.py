@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             out["kubegang_up_s"] = hack(cluster_dir, "kubegang", "up", "--operators", str(args.operators))
             if args.idle > 0:
                 out["kubegang_idle"] = harness.idle(target, args.idle)
+            out["gc_settle_s"] = harness.settle_garbage_collector(target)
             ns = f"bench-kubegang-{stamp}"
             print("[bench] kubegang: GPUJob burst", file=sys.stderr)
             out["kubegang"] = gangs.observe(target.api, ns, jobs, capacity, domains,

@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "kubegang"):
             print("[sweep] kubegang: hack/cluster kubegang up", file=sys.stderr)
             out["kubegang_up_s"] = hack(cluster_dir, "kubegang", "up", "--operators", str(args.operators))
+            out["gc_settle_s"] = harness.settle_garbage_collector(target)
             ns = f"sweep-kubegang-{stamp}"
             print("[sweep] kubegang: the sweep as 1-replica GPUJobs", file=sys.stderr)
             try:

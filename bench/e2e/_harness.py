@@ -392,7 +392,7 @@ def settle_garbage_collector(target: Target, crd: str = "gpujobs.kubegang.io", m
         resp = c.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
     resp.raise_for_status()
     created = resp.json()["metadata"]["creationTimestamp"]
-    age = time.time() - datetime.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+    age = time.time() - datetime.datetime.fromisoformat(created).timestamp()
     wait = max(0.0, GC_DISCOVERY_SECONDS + margin - age)
     time.sleep(wait)
     return round(wait, 1)

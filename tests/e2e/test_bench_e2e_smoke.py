@@ -58,7 +58,7 @@ def test_burst_through_kubegang_then_plain_pods(cluster: Cluster, kubegang: obje
 
     # As the benchmark does: the garbage collector watches GPUJobs before the burst, so nothing in
     # the burst reads a GPUJob once per job (the check below).
-    assert harness.settle_garbage_collector(target) >= 0.0
+    harness.settle_garbage_collector(target)
     ns = f"t-bench-kubegang-{stamp}"
     try:
         kg = harness.run_kubegang(target, jobs, ns, settings, leaves)

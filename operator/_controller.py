@@ -2,9 +2,10 @@
 
 A single asyncio task runs the admission cycle and the gang supervisor in turn, so no two decisions
 ever race inside one process, and only the replica that holds the Lease runs it. It wakes on any cache
-change (debounced) or after ``resync_seconds``. Gang creation, Events, waiting reasons and GPUQueue
-status are written by background tasks (``_admission``, ``_status_writer``): GPUQueue status at most
-every ``QUEUE_STATUS_SECONDS``, since pending counts move with every cycle of a burst.
+change (debounced on the leading edge: ``debounce_delay``) or after ``resync_seconds``. Gang
+creation, Events, waiting reasons and GPUQueue status are written by background tasks
+(``_admission``, ``_status_writer``): GPUQueue status at most every ``QUEUE_STATUS_SECONDS``, since
+pending counts move with every cycle of a burst.
 """
 
 from __future__ import annotations
@@ -29,7 +30,20 @@ from kubegang.operator._supervisor import Supervisor
 log = logging.getLogger("kubegang.operator.controller")
 
 DEBOUNCE_SECONDS = 0.05
-"""Let a burst of watch events settle into one cycle."""
+"""Least time from the end of one step to the start of the next, so that a burst of watch events
+settles into one cycle (see ``debounce_delay``)."""
+
+
+def debounce_delay(since_last_step: float, interval: float = DEBOUNCE_SECONDS) -> float:
+    """Seconds to wait before a step, ``since_last_step`` seconds after the previous one ended.
+
+    A leading-edge debounce: an event that finds the loop idle for ``interval`` or more is
+    acted on at once, and only events that come while steps follow each other wait for the rest of
+    the interval. In a burst this is the same cadence as a fixed sleep after every wake-up (one step
+    per ``DEBOUNCE_SECONDS`` at most), while a lone GPUJob or a trial's end no longer waits 50 ms for
+    events that are not coming: the end-to-end sweep pays that wait twice per trial (its end, then the
+    next trial's admission)."""
+    return max(0.0, interval - since_last_step)
 
 QUEUE_STATUS_SECONDS = 5.0
 """Shortest interval between two GPUQueue status passes (a report, not a decision; Kueue's
@@ -153,12 +167,14 @@ class Controller:
                 log.exception("rebuilding state failed; retrying")
                 await asyncio.sleep(1)
                 continue
+            loop = asyncio.get_running_loop()
             while self.leadership.is_leader:
                 due = await self.step()
+                ended = loop.time()
                 timeout = min(self.resync_seconds, due if due is not None else math.inf)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.cache.wake.wait(), timeout=max(timeout, DEBOUNCE_SECONDS))
-                await asyncio.sleep(DEBOUNCE_SECONDS)
+                await asyncio.sleep(debounce_delay(loop.time() - ended))
             log.info("no longer leading: standing by")
 
     async def step(self) -> float | None:

@@ -18,17 +18,18 @@ OVERHEAD_GOAL = 0.02
 ANALYSIS = (
     "A plain pod's start is one create, one bind and the node's status writes. A kubegang trial's start "
     "is that and more, by construction: the GPUJob's create; the operator's watch event, which wakes its "
-    "loop (`kubegang.operator._controller`: a debounce of `DEBOUNCE_SECONDS`, then one step: the "
-    "admission cycle, then the supervision pass); `Plan` and `Reserve` on the extender over gRPC; the "
+    "loop (`kubegang.operator._controller`: one step, at once if the loop was idle, else "
+    "`DEBOUNCE_SECONDS` after the last one ended: the admission cycle, then the supervision pass); "
+    "`Plan` and `Reserve` on the extender over gRPC; the "
     "Admitted status write (the admission is recorded before any pod exists, so a new leader finds it); "
     "the pod's create; then kube-scheduler's bind through the extender's filter. A trial's end reaches "
     "the driver only once the operator has written the GPUJob's Succeeded. The step table above "
     "measures each of these from the watches.",
     "",
     "Where the wait is (the operator's log, instrumented for one quick run: each step's cycle and pass "
-    "times, each trial's GPUJob event and admission): the operator saw a new GPUJob and admitted it a "
-    "few hundred milliseconds later, yet its own work for a 1-GPU trial is short (`Plan` and `Reserve` "
-    "are two gRPC round trips). The trial waits for the step that is running to end: the supervision "
+    "times, each trial's GPUJob event and admission): the operator admits a new GPUJob later than its "
+    "own work for a 1-GPU trial takes (`Plan` and `Reserve` are two gRPC round trips). The trial "
+    "waits for the step that is running to end: the supervision "
     "pass awaits every Running and Succeeded status write it makes, an API round trip each, and in a "
     "sweep a trial starts or ends every few hundred milliseconds, so new trials wait behind other "
     "trials' status writes, then the debounce. The rest is writes a plain pod does not need (the Admitted "

@@ -15,8 +15,9 @@ end-to-end measurement on the real control plane (``bench/e2e/results.json``; th
 :func:`latency_sources`):
 
 kubegang (``Operator``)
-    The operator's loop (``kubegang.operator._controller``): a watch event wakes it, it sleeps
-    ``DEBOUNCE_SECONDS`` and runs one step: one **production** ``AdmissionCycle``
+    The operator's loop (``kubegang.operator._controller``): a watch event wakes it and it runs one
+    step, at once if the loop was idle for ``DEBOUNCE_SECONDS``, else that long after the last step
+    ended (the operator's ``debounce_delay``): one **production** ``AdmissionCycle``
     (``KubegangPolicy.run_cycle``, the cycle the leader runs), which takes the CPU time it really
     takes here (``thread_time``: the leader runs on its own core, and the load of this shared
     machine should not enter), then the supervision pass, which writes a finished trial's GPUJob
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import random
 import statistics
 import time
@@ -52,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._sweep_overhead import TrialTimes, overhead
-from kubegang.operator._controller import DEBOUNCE_SECONDS
+from kubegang.operator._controller import DEBOUNCE_SECONDS, debounce_delay
 from kubegang.operator._settings import OperatorSettings
 from kubegang.placement import Allocation, Snapshot
 
@@ -141,8 +143,8 @@ def latency_sources(lat: Latencies) -> list[tuple[str, str, str]]:
         return f"{seconds * 1000:.1f} ms"
 
     return [
-        ("operator debounce after a watch event", ms(lat.debounce_s),
-         "`kubegang.operator._controller.DEBOUNCE_SECONDS` (imported)"),
+        ("operator debounce: least time from one step's end to the next step", ms(lat.debounce_s),
+         "`kubegang.operator._controller.DEBOUNCE_SECONDS` and `debounce_delay` (imported)"),
         ("operator loop when nothing happens", f"{lat.resync_s:g} s", "`OperatorSettings.resync_seconds` (imported)"),
         ("one admission cycle", "measured", "CPU time of the production `AdmissionCycle` in this run"),
         ("gangs in creation at once", str(lat.creation_concurrency), "`OperatorSettings.creation_concurrency`"),
@@ -380,7 +382,7 @@ class Operator(_StartPath):
     def reset(self, cluster: Cluster, snapshot: Snapshot, rng: random.Random) -> None:
         super().reset(cluster, snapshot, rng)
         self.next_cycle: float | None = None
-        self.busy_until = 0.0
+        self.busy_until = -math.inf
         """When the cycle that runs now ends (an event before that is seen right after it)."""
         self.writes = _TokenBucket(self.lat.api_qps, self.lat.api_burst)
         self.slots = [0.0] * self.lat.creation_concurrency
@@ -389,8 +391,9 @@ class Operator(_StartPath):
         """Trials whose end the operator saw and has not written to their GPUJob yet."""
 
     def _wake(self, now: float) -> None:
-        """A watch event: the loop runs a step a debounce after it, or after the running one ends."""
-        at = max(now, self.busy_until) + self.lat.debounce_s
+        """A watch event: the loop runs a step at once if it has been idle for the debounce, else the
+        rest of the debounce after the last step ended (the operator's own ``debounce_delay``)."""
+        at = now + debounce_delay(now - self.busy_until, self.lat.debounce_s)
         if self.next_cycle is None or self.next_cycle > at:
             self.next_cycle = at
 
@@ -429,9 +432,9 @@ class Operator(_StartPath):
                 self.learn_at[job_id] = self.writes.take(ended) + self.lat.api_write_s
             self.to_report.clear()
             if changed:  # an admission changes the cache, which wakes the loop
-                self.next_cycle = ended + self.lat.debounce_s
+                self.next_cycle = ended + debounce_delay(0.0, self.lat.debounce_s)
             elif self.policy.waiting():
-                self.next_cycle = ended + self.lat.resync_s + self.lat.debounce_s
+                self.next_cycle = ended + self.lat.resync_s + debounce_delay(self.lat.resync_s, self.lat.debounce_s)
             else:
                 self.next_cycle = None
             self._due(now)

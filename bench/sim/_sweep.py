@@ -383,7 +383,8 @@ class Operator(_StartPath):
         super().reset(cluster, snapshot, rng)
         self.next_cycle: float | None = None
         self.busy_until = -math.inf
-        """When the cycle that runs now ends (an event before that is seen right after it)."""
+        """When the last cycle ended, or the one that runs now ends (an event before that is seen a
+        debounce after it); never stepped yet: the loop is idle."""
         self.writes = _TokenBucket(self.lat.api_qps, self.lat.api_burst)
         self.slots = [0.0] * self.lat.creation_concurrency
         self.cycle_seconds: list[float] = []

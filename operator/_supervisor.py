@@ -23,7 +23,7 @@ from typing import Any
 from kubegang.api import GPUJobStatus
 from kubegang.operator import _metrics as metrics
 from kubegang.operator._admission import NOT_ADMITTED, Admission, requeue_patch
-from kubegang.operator._conditions import Phase, parse_rfc3339, transition
+from kubegang.operator._conditions import Phase, transition
 from kubegang.operator._gang_objects import build_pod, pod_name
 from kubegang.operator._job import JobView, status_fields, timestamp
 from kubegang.operator._lifecycle import Action, Decision, decide
@@ -101,7 +101,7 @@ class Supervisor:
 
         now = self.admission.clock()
         dues: list[float] = []
-        work = []
+        work: list[Any] = []
         again: set[str] = set()
         try:
             jobs = self._to_look_at(now)
@@ -113,25 +113,12 @@ class Supervisor:
                     continue  # its pods are being created; look again once they are
                 if job.phase is Phase.ADMITTED:
                     again.add(job.uid)  # in flight: missing pods and repairs below are timed
-                decision = decide(job, self.cache.pods_of(job.uid), now)
-                if decision.recheck_after is not None:
-                    self._timers[job.uid] = now + dt.timedelta(seconds=decision.recheck_after)
-                if decision.stale_pods or decision.action not in (Action.NONE, Action.PROGRESS) or (
-                        decision.action is Action.PROGRESS and self._progress_due(job, decision)):
-                    again.add(job.uid)
-                    work.append(act(job, decision))
-                if decision.action in (Action.NONE, Action.PROGRESS) and self._missing_pods(job, now):
-                    # Pods of this attempt that could not be created while an earlier attempt's pods of
-                    # the same names were still being deleted: create them now (idempotent).
-                    dues.append(REPAIR_INTERVAL_SECONDS)
-                    placement = job.placement
-                    if placement is not None:
-                        work.append(self._guarded(job, self.admission.create_gang(job, placement), slots))
-                elif decision.action in (Action.NONE, Action.PROGRESS) and self._waits_for_binding(job):
-                    dues.append(REPAIR_INTERVAL_SECONDS)
-                    if now.timestamp() - self._repaired_at.get(job.uid, 0.0) >= REPAIR_INTERVAL_SECONDS:
-                        self._repaired_at[job.uid] = now.timestamp()
-                        work.append(self._guarded(job, self.repair(job), slots))
+                try:
+                    self._look_at(job, now, act, slots, work, again, dues)
+                except Exception:
+                    # One job's unreadable object must not stop the pass for every other job.
+                    log.exception("supervising %s failed; retrying in %.0fs", job.key, FULL_PASS_SECONDS)
+                    self._timers[job.uid] = now + dt.timedelta(seconds=FULL_PASS_SECONDS)
         except BaseException:
             self._full_at = None  # what changed was taken: look at every job next time
             raise
@@ -141,6 +128,29 @@ class Supervisor:
         self._again = again
         await asyncio.gather(*work)
         return min(dues, default=None)
+
+    def _look_at(self, job: JobView, now: dt.datetime, act: Any, slots: asyncio.Semaphore, work: list[Any],
+                 again: set[str], dues: list[float]) -> None:
+        """Decide what ``job`` needs and queue that work (``run_pass``'s body for one job)."""
+        decision = decide(job, self.cache.pods_of(job.uid), now)
+        if decision.recheck_after is not None:
+            self._timers[job.uid] = now + dt.timedelta(seconds=decision.recheck_after)
+        if decision.stale_pods or decision.action not in (Action.NONE, Action.PROGRESS) or (
+                decision.action is Action.PROGRESS and self._progress_due(job, decision)):
+            again.add(job.uid)
+            work.append(act(job, decision))
+        if decision.action in (Action.NONE, Action.PROGRESS) and self._missing_pods(job, now):
+            # Pods of this attempt that could not be created while an earlier attempt's pods of
+            # the same names were still being deleted: create them now (idempotent).
+            dues.append(REPAIR_INTERVAL_SECONDS)
+            placement = job.placement
+            if placement is not None:
+                work.append(self._guarded(job, self.admission.create_gang(job, placement), slots))
+        elif decision.action in (Action.NONE, Action.PROGRESS) and self._waits_for_binding(job):
+            dues.append(REPAIR_INTERVAL_SECONDS)
+            if now.timestamp() - self._repaired_at.get(job.uid, 0.0) >= REPAIR_INTERVAL_SECONDS:
+                self._repaired_at[job.uid] = now.timestamp()
+                work.append(self._guarded(job, self.repair(job), slots))
 
     async def _guarded(self, job: JobView, work: Any, slots: asyncio.Semaphore) -> None:
         async with slots:
@@ -152,9 +162,10 @@ class Supervisor:
     def _missing_pods(self, job: JobView, now: dt.datetime) -> bool:
         """Admitted with its pods created a while ago, yet some pod of this attempt is not there (and no
         pod of an earlier attempt still holds its name)."""
-        if job.phase is not Phase.ADMITTED or not job.pods_created_at:
+        created = job.status_time("podsCreatedAt")
+        if job.phase is not Phase.ADMITTED or created is None:
             return False
-        if (now - parse_rfc3339(job.pods_created_at)).total_seconds() < REPAIR_INTERVAL_SECONDS:
+        if (now - created).total_seconds() < REPAIR_INTERVAL_SECONDS:
             return False  # the watch may not have delivered them yet
         pods = self.cache.pods_of(job.uid)
         current = {p.name for p in pods if p.attempt == job.attempt and not p.deleting}
@@ -291,9 +302,10 @@ class Supervisor:
     def _forming(self, job: JobView) -> bool:
         """Admitted, its pods created less than ``READY_REPORT_AFTER_SECONDS`` ago: its ready count waits
         for the Running write (not assumed either, so a later pass still sees it differ)."""
-        if job.phase is not Phase.ADMITTED or not job.pods_created_at:
+        created = job.status_time("podsCreatedAt")
+        if job.phase is not Phase.ADMITTED or created is None:
             return False
-        age = (self.admission.clock() - parse_rfc3339(job.pods_created_at)).total_seconds()
+        age = (self.admission.clock() - created).total_seconds()
         return age < READY_REPORT_AFTER_SECONDS
 
     async def _finish(self, job: JobView, phase: Phase, decision: Decision) -> None:
@@ -303,6 +315,9 @@ class Supervisor:
             self.admission.quota.finished_run(job, max(0.0, (now - job.started_at).total_seconds()))
         patch = transition(job.status, phase, decision.reason, decision.message, now=now)
         patch |= status_fields(GPUJobStatus(finished_at=timestamp(now), ready_replicas=decision.ready))
+        if job.pods_created_at:
+            # A gang that finished before a pass saw it Running never had the write that carries it.
+            patch["podsCreatedAt"] = job.pods_created_at
         await self._write(job, patch)
         self.admission.notify(job, decision.reason, decision.message, warning=phase is Phase.FAILED)
 

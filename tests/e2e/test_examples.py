@@ -260,6 +260,7 @@ def _problems(cluster: Any, job: dict[str, Any], status: dict[str, Any]) -> list
         domains = {(n.get("metadata") or {}).get("labels", {}).get(LEVEL_LABELS[required]) for n in used}
         if len(domains) != 1 or None in domains:
             out.append(f"topology.required {required}, pods in {sorted(map(str, domains))}")
+    out += _framework_problems(cluster, job, pods)
     out += _condition_problems(cluster.get_json("gpujob", name, "-n", ns))
     # status.placement names the one domain of its level that holds every pod (kubectl gang nodes and
     # the job's Admitted message say it to users).
@@ -269,6 +270,38 @@ def _problems(cluster: Any, job: dict[str, Any], status: dict[str, Any]) -> list
         held = {(n.get("metadata") or {}).get("labels", {}).get(LEVEL_LABELS[level]) for n in used}
         if held != {domain}:
             out.append(f"status.placement level {level} domain {domain!r}, the pods are in {sorted(map(str, held))}")
+    return out
+
+
+def _framework_problems(cluster: Any, job: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
+    """What docs/api.md's `framework` promises the pods, not there: the rendezvous env (torchrun) or the
+    mounted hostfile (mpi) in every container, and the headless Service named after the job."""
+    framework = job["spec"].get("framework", "none")
+    if framework == "none":
+        return []
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    replicas, out = int(job["spec"].get("replicas", 1)), []
+    service = cluster.get_json("service", name, "-n", ns)
+    if service["spec"].get("clusterIP") != "None":
+        out.append(f"Service {name}: clusterIP {service['spec'].get('clusterIP')!r}, not headless")
+    hostfile = "/etc/kubegang/mpi/hostfile"
+    for pod in pods:
+        index = pod["metadata"].get("labels", {}).get(podcontract.POD_INDEX_LABEL)
+        if framework == "torchrun":
+            expected = {"MASTER_ADDR": f"{name}-0.{name}.{ns}.svc", "WORLD_SIZE": str(replicas), "RANK": index}
+        else:
+            expected = {"OMPI_MCA_orte_default_hostfile": hostfile, "KUBEGANG_HOSTFILE": hostfile}
+        for container in pod["spec"]["containers"]:
+            env = {e["name"]: e.get("value") for e in container.get("env") or []}
+            wrong = {k: env.get(k) for k, v in expected.items() if env.get(k) != v}
+            if wrong:
+                where = f"{pod['metadata']['name']}/{container['name']}"
+                out.append(f"{where}: {framework} env {wrong}, expected {expected}")
+    if framework == "mpi":
+        lines = cluster.get_json("configmap", f"{name}-hostfile", "-n", ns)["data"]["hostfile"].splitlines()
+        if len(lines) != replicas or not all(line.startswith(f"{name}-{i}.{name}.{ns}.svc slots=")
+                                             for i, line in enumerate(lines)):
+            out.append(f"ConfigMap {name}-hostfile: {lines}")
     return out
 
 

@@ -25,7 +25,10 @@ def test_a_shared_gpu_job_and_whole_gpu_jobs_all_run_with_the_gpus_they_asked_fo
     ops.cluster.use_shape("superpod-h100")
     q = ops.queue("share", [(H100, 32)])
     # The shared job first: it used to stop the cycle before anything behind it was admitted.
-    ops.cluster.apply(_no_template_gpus(ops.job_manifest("embedder", q, 1, 0, gpuFraction=250)))
+    embedder = _no_template_gpus(ops.job_manifest("embedder", q, 1, 0, gpuFraction=250))
+    containers = embedder["spec"]["template"]["spec"]["containers"]
+    containers.append({**containers[0], "name": "sidecar"})  # sharing.md: the env is in every container
+    ops.cluster.apply(embedder)
     ops.job("plain", q, 2, 4)
     ops.cluster.apply(_no_template_gpus(ops.job_manifest("mpi", q, 2, 0, gpusPerReplica=8, framework="mpi")))
     for name in ("embedder", "plain", "mpi"):
@@ -35,8 +38,11 @@ def test_a_shared_gpu_job_and_whole_gpu_jobs_all_run_with_the_gpus_they_asked_fo
     notes = shared["metadata"]["annotations"]
     assert notes["kubegang.io/gpu-milli"] == "250" and notes["kubegang.io/gpus"].isdigit()
     assert _gpu_limit(shared) is None  # no whole GPU: the share is accounted by kubegang
-    env = {e["name"]: e["value"] for e in shared["spec"]["containers"][0]["env"]}
-    assert env["NVIDIA_VISIBLE_DEVICES"] == notes["kubegang.io/gpus"]
+    assert [c["name"] for c in shared["spec"]["containers"]] == ["main", "sidecar"], shared["spec"]["containers"]
+    for container in shared["spec"]["containers"]:
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["NVIDIA_VISIBLE_DEVICES"] == notes["kubegang.io/gpus"], (container["name"], env)
+        assert env["KUBEGANG_GPU_MILLI"] == "250", (container["name"], env)
     status = ops.status("embedder")
     assert status["totalGPUs"] == 0.25
     assert status["placement"]["pods"][0]["gpuMilli"] == 250

@@ -139,6 +139,11 @@ def test_a_finished_job_is_deleted_ttl_seconds_after_it_finished_and_one_without
                          timeout=30, interval=1)
 
     kept = ops.wait_phase("kept", "Succeeded", timeout=30)
+    done = ops.condition("kept", "Succeeded")
+    assert done is not None and (done["status"], done["reason"]) == ("True", "AllReplicasSucceeded"), kept
+    # The documented timestamps, in the order the gang lived them (whole seconds, so equal is allowed).
+    stamps = [_at(kept[key]) for key in ("admittedAt", "podsCreatedAt", "startedAt", "finishedAt")]
+    assert stamps == sorted(stamps), kept
     wait = (_at(kept["finishedAt"]) + dt.timedelta(seconds=ttl + 3) - dt.datetime.now(dt.UTC)).total_seconds()
     time.sleep(max(wait, 0))
     assert _find(ops, "kept") is not None, "a job without ttlSecondsAfterFinished was deleted"
@@ -278,6 +283,7 @@ def test_torchrun_and_mpi_gangs_get_a_headless_service_rendezvous_env_and_a_host
         mounts = {m["name"]: m["mountPath"] for m in main.get("volumeMounts") or []}
         assert mounts.get("kubegang-hostfile") == "/etc/kubegang/mpi", mounts
         assert _env(main).get("OMPI_MCA_orte_default_hostfile") == "/etc/kubegang/mpi/hostfile", _env(main)
+        assert _env(main).get("KUBEGANG_HOSTFILE") == "/etc/kubegang/mpi/hostfile", _env(main)
 
 
 # -- kubectl columns and field selector -----------------------------------------------------------------

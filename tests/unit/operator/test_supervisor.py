@@ -233,3 +233,18 @@ async def test_the_ready_count_of_a_quick_gang_travels_only_with_its_running_wri
     phases = [p.get("phase") for p in w.kube.status[job.key]]
     assert phases == ["Admitted", "Running"]                  # one write per phase transition
     assert w.kube.status[job.key][-1]["readyReplicas"] == 3
+
+
+async def test_a_gang_that_finished_before_a_pass_saw_it_running_still_records_when_its_pods_were_made(
+    make_world: Any, job_body: Any
+) -> None:
+    w, job = await admitted_world(make_world, job_body)
+    created = w.cache.job(job.uid).pods_created_at
+    assert created and w.kube.status[job.key][-1].get("podsCreatedAt") is None  # assumed, not yet written
+    for pod in w.kube.pods():
+        w.see_pod({**pod, "spec": {**pod["spec"], "nodeName": pod["metadata"]["annotations"]["kubegang.io/node"]},
+                   "status": {"phase": "Succeeded"}})
+    decision = await w.supervise(w.cache.job(job.uid))
+    assert decision.action is Action.SUCCEED
+    last = w.kube.status[job.key][-1]
+    assert (last["phase"], last["podsCreatedAt"]) == ("Succeeded", created), last

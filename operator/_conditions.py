@@ -30,11 +30,17 @@ def now_rfc3339(now: dt.datetime | None = None) -> str:
 
 
 def parse_rfc3339(value: str) -> dt.datetime:
-    """The datetime in a Kubernetes timestamp; ValueError names the value otherwise."""
+    """The datetime in a Kubernetes timestamp; ValueError names the value otherwise.
+
+    RFC 3339 allows a lowercase ``t`` and ``z``, and the API server stores such a value as written; a
+    time without a zone is refused here, since comparing it with an aware one would raise later."""
     try:
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        parsed = dt.datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    except (ValueError, AttributeError):
         raise ValueError(f"not an RFC 3339 timestamp: {value!r}") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"not an RFC 3339 timestamp (no zone): {value!r}")
+    return parsed
 
 
 def set_condition(

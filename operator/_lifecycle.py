@@ -138,7 +138,12 @@ def _timestamp(status: Mapping[str, Any], *path: str) -> dt.datetime | None:
         if not isinstance(node, Mapping):
             return None
         node = node.get(key)
-    return parse_rfc3339(node) if isinstance(node, str) else None
+    if not isinstance(node, str):
+        return None
+    try:
+        return parse_rfc3339(node)
+    except ValueError:
+        return None  # written by another client: unknown, as if absent (one job's bad field stops nothing)
 
 
 def _describe_failure(pod: PodState) -> str:

@@ -29,7 +29,6 @@ import pydantic
 
 from kubegang.admission import Preemptible, quota_verdict
 from kubegang.api import GPUQueue, QueueConditionReason
-from kubegang.operator._conditions import parse_rfc3339
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import LeftOut, QueueUsage
 from kubegang.operator._types import Verdict, WaitReason
@@ -360,8 +359,9 @@ class QuotaBook:
         within = (self._order.get(held.uid, 0) % 1_000_000) * 1e-7
         if current.started_at is not None:
             return current.started_at.timestamp() + within
-        if current.admitted_at:
-            return parse_rfc3339(current.admitted_at).timestamp() + within
+        admitted = current.status_time("admittedAt")
+        if admitted is not None:
+            return admitted.timestamp() + within
         return math.inf
 
     def finished_run(self, job: JobView, seconds: float) -> None:

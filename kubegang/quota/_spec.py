@@ -14,6 +14,9 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+KNOWN_QUEUES_NAMED = 10
+"""Queues an unknown-parent problem names as the known ones; the rest are counted."""
+
 
 class WithinQueue(enum.StrEnum):
     """May a pending job evict running jobs of its own queue?"""
@@ -141,7 +144,11 @@ def _check_one(spec: QueueSpec, by_name: Mapping[str, QueueSpec], *, is_leaf: bo
     out: list[SpecProblem] = []
     name = spec.name
     if spec.parent is not None and spec.parent not in by_name:
-        known = ", ".join(sorted(by_name)) or "none"
+        # A condition message has a size limit and a person reads it: name a few, count the rest.
+        names = sorted(by_name)
+        known = ", ".join(names[:KNOWN_QUEUES_NAMED]) or "none"
+        if len(names) > KNOWN_QUEUES_NAMED:
+            known += f" and {len(names) - KNOWN_QUEUES_NAMED} more"
         out.append(SpecProblem(name, "parent", f"unknown queue {spec.parent!r} (known queues: {known})",
                                ProblemKind.UNKNOWN_PARENT))
     if not isinstance(spec.weight, int | float) or not math.isfinite(spec.weight) or spec.weight < 0:

@@ -199,3 +199,51 @@ async def test_a_pod_kubegang_did_not_place_takes_a_slot_and_the_gang_is_re_plac
     assert cond is not None and cond["reason"] == "Repaired" and "serving/web-0" in cond["message"]
     assert any(e[:2] == ("team-a/big", "Repaired") and "serving/web-0" in e[2] for e in w.kube.events)
     assert ("Pod", "team-a", "big-0") not in w.kube.deleted  # the rest of the gang keeps its pods
+
+
+async def test_status_times_another_client_wrote_unreadable_stop_no_supervision_pass() -> None:
+    # RFC 3339 allows a lowercase z (the API server keeps it as written); a day that does not exist and
+    # a time without a zone are not RFC 3339, yet a client without the schema's format check can write them.
+    w = World({"team-a": 64}, {f"node-{i}": 8 for i in range(4)})
+    bodies = {name: make_job_body(name, replicas=1, gpus=8) for name in ("lower-z", "no-day", "no-zone", "good")}
+    for body in bodies.values():
+        w.submit(body)
+    await w.cycle()
+    written = {"lower-z": "2025-01-01T00:00:00z", "no-day": "2025-02-30T00:00:00Z", "no-zone": "2025-01-01T00:00:00"}
+    for name, stamp in written.items():
+        key = f"team-a/{name}"
+        w.submit({**bodies[name], "status": {**w.last_status(key), "podsCreatedAt": stamp}})
+        w.cache.forget(bodies[name]["metadata"]["uid"])  # what the leader assumed gives way to what is read
+    w.echo_pods("Running")
+    w.supervisor.look_at_everything()
+    await w.supervisor.run_pass()
+    await w.admission.settle()
+    assert {name: w.last_status(f"team-a/{name}")["phase"] for name in bodies} == dict.fromkeys(bodies, "Running")
+
+
+async def test_a_job_whose_supervision_raises_is_skipped_and_the_others_are_supervised(monkeypatch: Any) -> None:
+    from kubegang.operator import _supervisor
+
+    w = World({"team-a": 64}, {f"node-{i}": 8 for i in range(4)})
+    for name in ("broken", "good"):
+        w.submit(make_job_body(name, replicas=1, gpus=8))
+    await w.cycle()
+    real = _supervisor.decide
+
+    def decide(job: Any, pods: Any, now: Any) -> Any:
+        if job.name == "broken":
+            raise KeyError("a field no test thought of")
+        return real(job, pods, now)
+
+    monkeypatch.setattr(_supervisor, "decide", decide)
+    w.echo_pods("Running")
+    w.supervisor.look_at_everything()
+    await w.supervisor.run_pass()
+    await w.admission.settle()
+    assert w.last_status("team-a/good")["phase"] == "Running"
+    assert w.last_status("team-a/broken")["phase"] == "Admitted"
+    monkeypatch.setattr(_supervisor, "decide", real)  # mended: the next pass that looks at it acts
+    w.supervisor.look_at_everything()
+    await w.supervisor.run_pass()
+    await w.admission.settle()
+    assert w.last_status("team-a/broken")["phase"] == "Running"

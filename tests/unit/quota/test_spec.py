@@ -21,6 +21,14 @@ def test_unknown_parent_names_queue_field_and_known_queues() -> None:
     assert "'orgg'" in msg and "org" in msg
 
 
+def test_unknown_parent_in_a_large_tree_names_ten_known_queues_and_counts_the_rest() -> None:
+    # The message becomes a GPUQueue condition: bounded whatever the tree's size.
+    specs = [QueueSpec(f"team-{i:04d}") for i in range(1000)] + [QueueSpec("lost", parent="nowhere")]
+    (msg,) = problems(specs)
+    assert "known queues: lost, team-0000, team-0001" in msg and msg.endswith("team-0008 and 991 more)"), msg
+    assert len(msg) < 300, msg
+
+
 def test_cycle_is_reported_once_with_its_path() -> None:
     msgs = problems([QueueSpec("a", parent="c"), QueueSpec("b", parent="a"), QueueSpec("c", parent="b")])
     assert len(msgs) == 1

@@ -431,6 +431,10 @@ def test_two_queues_naming_each_other_as_parents_are_left_out_and_the_rest_of_th
     ops.queue("cycle-b", [(H100, 8)], parent=first)
     under = ops.queue("under-cycle", [(H100, 8)], parent=first)
     ops.job("in-cycle", under, 1, 8)
+    # A parent not created yet (the order a `kubectl apply -f dir/` may take): left out until it exists.
+    missing = f"{ops.namespace}-later"
+    orphan = ops.queue("orphan", [(H100, 8)], parent=missing)
+    ops.job("orphaned", orphan, 1, 8)
 
     def active(queue: str) -> dict[str, Any]:
         return next((c for c in _queue_status(ops, queue).get("conditions") or [] if c.get("type") == "Active"), {})
@@ -438,19 +442,25 @@ def test_two_queues_naming_each_other_as_parents_are_left_out_and_the_rest_of_th
     def reported() -> bool:
         return (all((active(q).get("status"), active(q).get("reason")) == ("False", "ParentCycle")
                     for q in (first, second))
-                and (active(under).get("status"), active(under).get("reason")) == ("False", "ParentInactive"))
+                and (active(under).get("status"), active(under).get("reason")) == ("False", "ParentInactive")
+                and (active(orphan).get("status"), active(orphan).get("reason")) == ("False", "ParentNotFound"))
 
     try:
         ops.cluster.wait_for("the cycle's queues and the one under them to be reported inactive", reported,
                              timeout=30, interval=1)
     except AssertionError as exc:
-        seen = {q: _queue_status(ops, q) for q in (first, second, under)}
+        seen = {q: _queue_status(ops, q) for q in (first, second, under, orphan)}
         raise AssertionError(f"{exc}; queue status: {json.dumps(seen)[:1500]}") from None
     assert "cycle" in active(first)["message"] and first in active(under)["message"]
     status = ops.wait_phase("in-cycle", "Unschedulable", timeout=60)
     cond = ops.condition("in-cycle", "Unschedulable")
     assert cond is not None and cond["reason"] == "QueueInactive" and "cycle" in cond["message"], status
     assert not ops.pods("in-cycle")
+    assert missing in active(orphan)["message"], active(orphan)
+    ops.wait_phase("orphaned", "Unschedulable", timeout=60)
+    cond = ops.condition("orphaned", "Unschedulable")
+    assert cond is not None and cond["reason"] == "QueueInactive", ops.status("orphaned")
+    assert not ops.pods("orphaned")
     # One team's broken queues do not stop the others: a queue outside the cycle admits meanwhile.
     fine = ops.queue("outside", [(H100, 8)])
     ops.job("elsewhere", fine, 1, 8)
@@ -463,3 +473,8 @@ def test_two_queues_naming_each_other_as_parents_are_left_out_and_the_rest_of_th
     ops.wait_phase("in-cycle", "Running", timeout=60)
     ops.cluster.wait_for("the fixed queues to be active", lambda: all(
         active(q).get("status") == "True" for q in (first, second, under)), timeout=30, interval=1)
+    # The missing parent created, the orphan joins the tree and its job runs.
+    assert ops.queue("later", [(H100, 8)]) == missing
+    ops.wait_phase("orphaned", "Running", timeout=60)
+    ops.cluster.wait_for("the orphan to be active", lambda: active(orphan).get("status") == "True",
+                         timeout=30, interval=1)

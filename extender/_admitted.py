@@ -89,19 +89,21 @@ def admitted_gang(obj: Mapping[str, Any]) -> AdmittedGang | None:
         placement = Placement.model_validate(status["placement"])
         spec = GPUJobSpec.model_validate(obj.get("spec") or {})
         requests = pod_spec_requests(spec.template.as_dict().get("spec") or {}, where="spec.template.spec")
-        core_placement(GangRequest(id=uid, pods=1), placement)  # an unknown level is refused here
-    except (pydantic.ValidationError, RequestError, ValueError) as exc:
+        if not placement.pods:
+            return None
+        first = placement.pods[0]
+        # Built in here too: a record another client wrote (pods without `gpus`, say) is one job's
+        # problem, never an exception that stops the feed reading every other object.
+        gang = GangRequest(
+            id=uid,
+            pods=spec.replicas,
+            gpus_per_pod=0 if first.gpu_milli else len(first.gpus),
+            gpu_fraction_milli=first.gpu_milli or 0,
+            cpu_milli=requests.cpu_milli,
+            memory_mib=requests.memory_mib,
+        )
+        held = core_placement(gang, placement)  # an unknown level is refused here
+    except (pydantic.ValidationError, RequestError, ValueError, ArithmeticError) as exc:
         log.warning("%s: recorded placement not held, cannot read it: %s", where, exc)
         return None
-    if not placement.pods:
-        return None
-    first = placement.pods[0]
-    gang = GangRequest(
-        id=uid,
-        pods=spec.replicas,
-        gpus_per_pod=0 if first.gpu_milli else len(first.gpus),
-        gpu_fraction_milli=first.gpu_milli or 0,
-        cpu_milli=requests.cpu_milli,
-        memory_mib=requests.memory_mib,
-    )
-    return AdmittedGang(attempt=str(status["admittedAt"]), gang=gang, placement=core_placement(gang, placement))
+    return AdmittedGang(attempt=str(status["admittedAt"]), gang=gang, placement=held)

@@ -30,6 +30,8 @@ _SUFFIXES: dict[str, Decimal] = {
 }
 _DECIMAL_POWER = {"": 0, "m": -3, "u": -6, "n": -9, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 _INT64_MAX = 2**63 - 1
+_MAX_EXPONENT = 100
+"""Far beyond any resource (int64 is below 1e19), far below what Decimal cannot represent."""
 _QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$")
 
 
@@ -48,7 +50,11 @@ def parse_quantity(value: int | str) -> Decimal:
     except InvalidOperation:
         raise ValueError(f"not a quantity: {value!r}") from None
     if exponent is not None:
-        return base * Decimal(10) ** int(exponent[1:])
+        power = int(exponent[1:])
+        if abs(power) > _MAX_EXPONENT:
+            # Decimal would overflow (an ArithmeticError, not a ValueError) or take long to say so.
+            raise ValueError(f"quantity out of range: {value!r} (exponent beyond ±{_MAX_EXPONENT})")
+        return base * Decimal(10) ** power
     return base * _SUFFIXES[suffix or ""]
 
 

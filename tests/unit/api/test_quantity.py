@@ -60,3 +60,10 @@ def test_whole_count(text: int | str, count: int) -> None:
 def test_whole_count_says_what_is_wrong(text: int | str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         whole_count(text)
+
+
+@pytest.mark.parametrize("text", ["1e999999999", "1e-999999999", "5e101"])
+def test_an_exponent_beyond_any_resource_is_a_value_error_naming_the_value(text: str) -> None:
+    with pytest.raises(ValueError, match="out of range") as err:
+        parse_quantity(text)
+    assert text in str(err.value)

@@ -51,13 +51,17 @@ def settings_from_args(argv: list[str] | None = None) -> ExtenderSettings:
     return ExtenderSettings(**args)
 
 
-async def _serve(settings: ExtenderSettings) -> None:
+async def _serve(settings: ExtenderSettings) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with run_extender(settings):
-        await stop.wait()
+    async with run_extender(settings) as running:
+        waits = [asyncio.create_task(stop.wait()), asyncio.create_task(running.failed.wait())]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()
+        return 1 if running.failed.is_set() else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"kubegang-extender: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(_serve(settings))
-    return 0
+    return asyncio.run(_serve(settings))
 
 
 if __name__ == "__main__":

@@ -189,7 +189,12 @@ class LedgerState:
                 self._by_slot[(held.owner, held.index)] = held.uid
         self._dirty = True
         for job in gpujobs:
-            self.upsert_gpujob(job)
+            try:
+                self.upsert_gpujob(job)
+            except Exception:
+                # One object must not keep the ledger from its first sync (and the extender unready).
+                meta = job.get("metadata") or {}
+                log.exception("GPUJob %s/%s: not read at sync", meta.get("namespace"), meta.get("name"))
 
     def upsert_gpujob(self, obj: Mapping[str, Any]) -> None:
         """A GPUJob was added or changed: hold or stop holding its recorded placement.

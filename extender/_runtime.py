@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx2
 
@@ -41,6 +42,9 @@ class RunningExtender:
     """Placement listener."""
     health: RunningSite
     """Health/metrics listener (HTTPS when metrics auth is on)."""
+    failed: asyncio.Event
+    """Set when a background task (the watch feed, housekeeping, TLS reload) ended with an exception:
+    an extender without its feed would stay unready for ever, so the process exits to be restarted."""
 
 
 def publish(ledger: Ledger, metrics: ExtenderMetrics) -> None:
@@ -96,9 +100,19 @@ async def run_extender(settings: ExtenderSettings,
              asyncio.create_task(tls.watch(settings.tls_reload_seconds,
                                            lambda outcome: _count_reload(metrics, outcome)),
                                  name="tls-reload")]
+    failed = asyncio.Event()
+
+    def stopped(task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.critical("%s stopped; the extender exits to be restarted", task.get_name(),
+                         exc_info=task.exception())
+            failed.set()
+
+    for task in tasks:
+        task.add_done_callback(stopped)
     log.info("extender listening: https %s, grpc %s, health %s", https.port, grpc_site.port, health.port)
     try:
-        yield RunningExtender(ledger, metrics, https, grpc_site, health)
+        yield RunningExtender(ledger, metrics, https, grpc_site, health, failed)
     finally:
         for task in tasks:
             task.cancel()

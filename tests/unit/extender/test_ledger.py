@@ -610,3 +610,17 @@ def test_repair_says_so_when_the_displaced_slot_fits_nowhere() -> None:
     ledger.upsert_pod(pod("intruder", 8, node_name="n1"))
     out = ledger.repair(GangRequest(id="job-1", pods=2, gpus_per_pod=8), 60)
     assert not isinstance(out.result, Placement) and [d.intruder for d in out.displaced] == ["ns/p-intruder"]
+
+
+def test_an_admitted_record_the_ledger_cannot_read_is_that_jobs_problem_and_the_restart_goes_on() -> None:
+    # Another client wrote the record without `gpus` (the schema allows it), or a CPU beyond any resource.
+    placement = reserve(make(3), "job-1", pods=1)
+    no_gpus = gpujob("job-1", placement)
+    for slot in no_gpus["status"]["placement"]["pods"]:
+        del slot["gpus"]
+    huge = gpujob("job-2", placement, cpu="1e999999999")
+    ledger = Ledger()
+    ledger.replace_all([node(f"n{i}", 8, leaf=f"leaf-{i // 2}") for i in range(3)], {}, [], [no_gpus, huge])
+    ledger.synced = True
+    assert ledger.reservation_count == 0                      # neither record is held ...
+    assert len(ledger.filter(demand(8), ["n0", "n1", "n2"]).passed) == 3   # ... and every node is read

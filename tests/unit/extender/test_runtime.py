@@ -89,3 +89,21 @@ def test_metrics_flags_from_the_command_line(tmp_path: Path) -> None:
     assert settings_from_args([*base, "--metrics-auth=off"]).serving.scheme == "http"
     with pytest.raises(ValueError, match="give both"):
         settings_from_args([*base, "--metrics-tls-cert", str(tmp_path)]).serving  # noqa: B018
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_background_task_that_dies_is_reported_so_the_process_exits(pki: PemPaths,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubegang.extender._watch import ClusterFeed
+
+    async def broken(self: ClusterFeed) -> None:
+        raise RuntimeError("a bug no retry mends")
+
+    monkeypatch.setattr(ClusterFeed, "run", broken)
+    settings = ExtenderSettings(tls_cert=pki.server_cert, tls_key=pki.server_key, client_ca=pki.ca_cert,
+                                https_address="127.0.0.1", https_port=0, grpc_address="127.0.0.1",
+                                grpc_port=0, health_address="127.0.0.1", health_port=0)
+    client = httpx2.AsyncClient(transport=httpx2.MockTransport(lambda r: httpx2.Response(404)), base_url="https://api")
+    async with run_extender(settings, client) as ext:
+        await asyncio.wait_for(ext.failed.wait(), timeout=5)
+        assert not ext.ledger.synced

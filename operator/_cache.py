@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from kubegang.admission import WaitReason
 from kubegang.api import QUEUE_LABEL, PodSourceKind, scheduling_group_name, selected_source
 from kubegang.operator._changes import ChangedJobs
 from kubegang.operator._conditions import Phase
@@ -28,6 +29,34 @@ GANG_KINDS = frozenset({PodSourceKind.POD_GROUP, PodSourceKind.SCHEDULING_GROUP}
 """Sources whose pods exist before admission (a controller made them): admitted once all of them exist,
 deleted on requeue for their controller to make anew."""
 FINISHED_POD_PHASES = ("Succeeded", "Failed")
+
+
+@dataclasses.dataclass(frozen=True)
+class InvalidJob:
+    """A GPUJob the operator cannot act on: what is needed to tell its owner, on the job itself."""
+
+    namespace: str
+    """metadata.namespace."""
+    name: str
+    """metadata.name."""
+    uid: str
+    """metadata.uid."""
+    generation: int | None
+    """metadata.generation of the spec that was read."""
+    error: str
+    """What is wrong, naming the field."""
+    status: Mapping[str, Any]
+    """Its status as read (the report's conditions are built on it, and it says whether the report is
+    already there)."""
+
+    @property
+    def reported(self) -> bool:
+        """Whether the status already says this error (so nothing needs writing)."""
+        if self.status.get("reason") != WaitReason.INVALID_SPEC:
+            return False
+        return any(c.get("type") == "Unschedulable" and c.get("message") == self.error
+                   and c.get("observedGeneration") == self.generation
+                   for c in self.status.get("conditions") or [] if isinstance(c, Mapping))
 
 
 @dataclasses.dataclass
@@ -60,8 +89,8 @@ class ClusterCache:
 
     jobs: dict[str, JobView] = dataclasses.field(default_factory=dict)
     """GPUJobs by UID."""
-    invalid_jobs: dict[str, str] = dataclasses.field(default_factory=dict)
-    """UIDs of GPUJobs the operator cannot read, with the error (reported once as a condition)."""
+    invalid_jobs: dict[str, InvalidJob] = dataclasses.field(default_factory=dict)
+    """GPUJobs the operator cannot read, by UID (the leader reports each on the job: ``_invalid_jobs``)."""
     pods: dict[str, dict[str, PodState]] = dataclasses.field(default_factory=dict)
     """Pods per job UID, by pod name."""
     queues: dict[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
@@ -125,8 +154,14 @@ class ClusterCache:
                                            resource_version=str(meta.get("resourceVersion") or ""))
             else:
                 view = job_view(body)
-        except JobSpecError as exc:
-            self.invalid_jobs[uid] = str(exc)
+        except Exception as exc:  # whatever the object holds, it is this job's problem only
+            error = str(exc) if isinstance(exc, JobSpecError) else f"cannot read the job: {exc!r}"
+            generation = meta.get("generation")
+            status = body.get("status")
+            self.invalid_jobs[uid] = InvalidJob(
+                namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""), uid=uid,
+                generation=generation if isinstance(generation, int) else None, error=error,
+                status=status if isinstance(status, Mapping) else {})
             self.jobs.pop(uid, None)
             self._order.pop(uid, None)
             self._changed(uid)

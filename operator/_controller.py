@@ -22,6 +22,7 @@ from kubegang.operator import _metrics as metrics
 from kubegang.operator._admission import Admission
 from kubegang.operator._cache import ClusterCache
 from kubegang.operator._conditions import set_condition
+from kubegang.operator._invalid_jobs import InvalidJobReporter
 from kubegang.operator._ports import KubePort, LeftOut, QuotaPort
 from kubegang.operator._queue_position import PositionReporter
 from kubegang.operator._quota_book import QuotaBook
@@ -150,6 +151,8 @@ class Controller:
         self._queue_status_at = -math.inf
         self.positions = PositionReporter(admission.writer)
         """``status.queuePosition`` of waiting jobs (at most every few seconds, when it moved)."""
+        self.invalid = InvalidJobReporter(cache, kube)
+        """The Unschedulable ``InvalidSpec`` report of jobs the operator cannot read."""
 
     async def run(self) -> None:
         """Forever: wait for leadership, rebuild, then cycle while leading."""
@@ -195,6 +198,11 @@ class Controller:
             due = await self.supervisor.run_pass()
         except Exception:
             log.exception("supervision pass failed")
+        if self.invalid.due():
+            try:
+                await self.invalid.report(self.admission.clock())
+            except Exception:
+                log.exception("reporting invalid jobs failed")
         queue_status_due = self._start_queue_status()
         if queue_status_due is not None:
             due = queue_status_due if due is None else min(due, queue_status_due)

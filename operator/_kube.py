@@ -200,6 +200,11 @@ class KubeApi:
         version = (written.get("metadata") or {}).get("resourceVersion")
         return str(version) if version else None
 
+    async def patch_named_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        await self.limiter.acquire(background=True)
+        async with self._sending(f"status of GPUJob {namespace}/{name}"):
+            await self._merge_patch(object_path("GPUJob", namespace, name, "status"), {"status": dict(patch)})
+
     async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
         await self.limiter.acquire(background=True)
         async with self._sending(f"status of GPUQueue {name}"):

@@ -116,6 +116,11 @@ class KubePort(Protocol):
         job's new resourceVersion when the API said it."""
         ...
 
+    async def patch_named_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """Merge-patch the status of a GPUJob the operator could not read into a ``JobView``
+        (background lane: a report)."""
+        ...
+
     async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
         """Merge-patch a GPUQueue's status subresource (background lane: a report)."""
         ...

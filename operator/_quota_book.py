@@ -105,22 +105,17 @@ _REASON_OF = {
 }
 
 
-def build_tree(specs: Sequence[QueueSpec]) -> tuple[QuotaTree, dict[str, LeftOut]]:
+def build_tree(specs: Sequence[QueueSpec], unreadable: Mapping[str, LeftOut] | None = None,
+               ) -> tuple[QuotaTree, dict[str, LeftOut]]:
     """The tree of every spec it can take, and why each other one is left out.
 
     A queue with a problem is left out, and so is every queue under it (its subtree's quota cannot be
     counted without it); the rest is built again, until it validates (each round leaves at least one
-    queue out, so it ends).
+    queue out, so it ends). ``unreadable``: GPUQueues that gave no spec at all, left out from the start
+    (their children are then inactive below them, not children of a queue that does not exist).
     """
-    left_out: dict[str, LeftOut] = {}
+    left_out: dict[str, LeftOut] = dict(unreadable or {})
     while True:
-        kept = [s for s in specs if s.name not in left_out]
-        try:
-            return QuotaTree(kept, unit=MILLI), left_out
-        except QuotaSpecError as exc:
-            for problem in exc.problems:
-                for name in problem.members or (problem.queue,):
-                    left_out.setdefault(name, LeftOut(_REASON_OF[problem.kind], str(problem)))
         grew = True
         while grew:
             grew = False
@@ -130,6 +125,13 @@ def build_tree(specs: Sequence[QueueSpec]) -> tuple[QuotaTree, dict[str, LeftOut
                                                   f"queue {spec.name}: parent {spec.parent} is left out of the quota "
                                                   f"tree ({left_out[spec.parent].message})")
                     grew = True
+        kept = [s for s in specs if s.name not in left_out]
+        try:
+            return QuotaTree(kept, unit=MILLI), left_out
+        except QuotaSpecError as exc:
+            for problem in exc.problems:
+                for name in problem.members or (problem.queue,):
+                    left_out.setdefault(name, LeftOut(_REASON_OF[problem.kind], str(problem)))
 
 
 class QuotaBook:
@@ -169,20 +171,27 @@ class QuotaBook:
         namespaces: dict[str, frozenset[str]] = {}
         priorities: dict[str, int] = {}
         reserve_after: dict[str, float] = {}
+        unreadable: dict[str, LeftOut] = {}
         for body in queues:
             name = (body.get("metadata") or {}).get("name", "?")
             try:
-                specs.append(queue_spec(body))
+                spec = queue_spec(body)
                 model = GPUQueue.model_validate({k: v for k, v in body.items() if k != "status"})
             except pydantic.ValidationError as exc:
-                problems.append(f"GPUQueue {name}: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}")
+                # Reported on the queue itself (its Active condition), not only in the log: its jobs
+                # would otherwise read "queue does not exist" while its status said it was fine.
+                error = exc.errors()[0]
+                where = ".".join(str(part) for part in error["loc"])
+                unreadable[str(name)] = LeftOut(QueueConditionReason.INVALID_SPEC,
+                                                f"queue {name}: {where}: {error['msg']}")
                 continue
+            specs.append(spec)
             namespaces[str(name)] = frozenset(model.spec.namespaces)
             if model.spec.priority is not None:
                 priorities[str(name)] = model.spec.priority
             if model.spec.backfill.reserve_after_seconds is not None:
                 reserve_after[str(name)] = float(model.spec.backfill.reserve_after_seconds)
-        tree, left_out = build_tree(specs)
+        tree, left_out = build_tree(specs, unreadable)
         problems += [why.message for why in left_out.values()]
         self.tree = tree
         self._left_out = left_out

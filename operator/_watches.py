@@ -112,8 +112,9 @@ class CacheFeed:
             self.cache.remove_job(uid)
         elif self.cache.upsert_job(body) is None:
             meta = body.get("metadata") or {}
+            invalid = self.cache.invalid_jobs.get(uid)
             log.error("GPUJob %s/%s is invalid: %s", meta.get("namespace"), meta.get("name"),
-                      self.cache.invalid_jobs.get(uid))
+                      invalid.error if invalid is not None else "unknown")
 
     def _queue(self, kind: str, body: dict[str, Any]) -> None:
         if kind == "DELETED":

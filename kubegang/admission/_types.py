@@ -111,6 +111,9 @@ class WaitReason(enum.StrEnum):
     GANG_DISPLACED = "GangDisplaced"
     """Pods kubegang did not place took GPUs of the gang's slots and no other place was found near
     the rest of it: the gang is requeued whole (the message names the pods)."""
+    INVALID_SPEC = "InvalidSpec"
+    """A field the API server let through (inside the pod template, or written without the schema) that
+    the operator cannot act on; the message names it. Never admitted until the job is edited."""
     ADMISSION_ERROR = "AdmissionError"
     """Handling this job failed (a bug, a refused write); it is retried with backoff, others go on."""
 

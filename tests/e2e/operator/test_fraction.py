@@ -66,6 +66,10 @@ def test_a_pod_larger_than_every_node_is_unschedulable_and_a_missing_queue_says_
     q = ops.queue("big", [(H100, 64)])
     ops.job("nine", q, 1, 9)
     ops.job("lost", f"{ops.namespace}-no-such-queue", 1, 8)
+    # The template keeps unknown fields, so a misspelt toleration operator passes `kubectl apply`.
+    misspelt = ops.job_manifest("misspelt", q, 1, 8)
+    misspelt["spec"]["template"]["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exist"}]
+    ops.cluster.apply(misspelt)
     ops.job("after", q, 1, 8)
     ops.wait_phase("after", "Running", timeout=90)
     ops.wait_phase("nine", "Unschedulable", timeout=60)
@@ -77,4 +81,8 @@ def test_a_pod_larger_than_every_node_is_unschedulable_and_a_missing_queue_says_
     lost = ops.condition("lost", "Unschedulable")
     assert lost is not None and lost["reason"] == "QueueNotFound"
     assert "does not exist" in lost["message"]
-    assert ops.pods("nine") == [] and ops.pods("lost") == []
+    ops.wait_phase("misspelt", "Unschedulable", timeout=60)
+    invalid = ops.condition("misspelt", "Unschedulable")
+    assert invalid is not None and invalid["reason"] == "InvalidSpec", ops.status("misspelt")
+    assert "spec.template.spec.tolerations[0]" in invalid["message"] and "Exist" in invalid["message"], invalid
+    assert ops.pods("nine") == [] and ops.pods("lost") == [] and ops.pods("misspelt") == []

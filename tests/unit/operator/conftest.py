@@ -205,6 +205,9 @@ class FakeKube:
         self.status.setdefault(job.key, []).append(dict(patch))
         return str(current + 1)
 
+    async def patch_named_job_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        self.status.setdefault(f"{namespace}/{name}", []).append(dict(patch))
+
     async def patch_queue_status(self, name: str, patch: Mapping[str, Any]) -> None:
         self.status.setdefault(f"queue/{name}", []).append(dict(patch))
 

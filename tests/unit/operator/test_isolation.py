@@ -247,3 +247,42 @@ async def test_a_job_whose_supervision_raises_is_skipped_and_the_others_are_supe
     await w.supervisor.run_pass()
     await w.admission.settle()
     assert w.last_status("team-a/broken")["phase"] == "Running"
+
+
+async def test_a_job_the_operator_cannot_read_is_told_so_once_naming_the_field_and_the_others_run() -> None:
+    from kubegang.operator._controller import Controller
+
+    w = World({"team-a": 64}, {f"node-{i}": 8 for i in range(4)})
+    # The schema keeps the template's unknown fields, so this toleration reaches the operator as written;
+    # a CPU beyond any resource is a quantity the template's schema does not bound either.
+    toleration = make_job_body("exist", replicas=1, gpus=8)
+    toleration["spec"]["template"]["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exist"}]
+    huge = make_job_body("huge", replicas=1, gpus=8)
+    huge["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1e999999999"}
+    for body in (toleration, huge):
+        assert w.cache.upsert_job(body) is None
+    w.submit(make_job_body("good", replicas=1, gpus=8))
+    controller = Controller(w.cache, w.admission, leadership=None, kube=w.kube)  # type: ignore[arg-type]
+    await controller.step()
+    await w.admission.settle()
+    assert w.last_status("team-a/good")["phase"] == "Admitted"
+    reports = {name: w.last_status(f"team-a/{name}") for name in ("exist", "huge")}
+    for name, field in (("exist", "spec.template.spec.tolerations[0]"), ("huge", "1e999999999")):
+        status = reports[name]
+        assert (status["phase"], status["reason"]) == ("Unschedulable", "InvalidSpec"), status
+        [cond] = [c for c in status["conditions"] if c["type"] == "Unschedulable"]
+        assert cond["status"] == "True" and field in cond["message"] and cond["observedGeneration"] == 1, cond
+        assert any(e[:2] == (f"GPUJob/team-a/{name}", "InvalidSpec") and e[3] for e in w.kube.events), w.kube.events
+    # Written once: neither a later step nor the report's own echo writes it again ...
+    writes = len(w.kube.status["team-a/exist"])
+    await controller.step()
+    w.cache.upsert_job({**toleration, "status": reports["exist"]})
+    await controller.step()
+    assert len(w.kube.status["team-a/exist"]) == writes
+    # ... and once mended (a new generation), the job is read and admitted like any other.
+    toleration["spec"]["template"]["spec"]["tolerations"] = [{"key": "gpu", "operator": "Exists"}]
+    toleration["metadata"]["generation"] = 2
+    w.submit({**toleration, "status": reports["exist"]})
+    await controller.step()
+    await w.admission.settle()
+    assert w.last_status("team-a/exist")["phase"] == "Admitted" and not w.cache.invalid_jobs.get("uid-exist")

@@ -87,6 +87,22 @@ def test_a_broken_queue_is_left_out_with_its_subtree_and_the_rest_of_the_tree_ad
     assert b.can_admit(job_view(job_body("y", queue="under-loop", replicas=1, gpus=8))).ok
 
 
+def test_a_queue_the_operator_cannot_read_says_so_on_itself_and_its_subtree_is_inactive(job_body: Any) -> None:
+    # A value the CRD's enum would refuse, as an older CRD (or a client without the schema) lets through.
+    b = book()
+    always = queue("team-c", 8, "org")
+    always["spec"]["preemption"] = {"withinQueue": "Always"}
+    problems = b.set_queues([queue("org", 0), queue("team-a", 16, "org"), always, queue("under-c", 8, "team-c")])
+    assert len(problems) == 2
+    reasons = {name: why.reason.value for name, why in b.left_out.items()}
+    assert reasons == {"team-c": "InvalidSpec", "under-c": "ParentInactive"}
+    assert "spec.preemption.withinQueue" in b.left_out["team-c"].message, b.left_out["team-c"]
+    for name in ("team-c", "under-c"):
+        verdict = b.can_admit(job_view(job_body("z", queue=name, replicas=1, gpus=8)))
+        assert not verdict.ok and verdict.cause is WaitReason.QUEUE_INACTIVE, verdict
+    assert b.admit(job_view(job_body("x", queue="team-a", replicas=1, gpus=8))).ok
+
+
 def flavoured(name: str, flavors: list[tuple[str, int]], parent: str | None = None) -> dict[str, Any]:
     body = queue(name, 0, parent)
     body["spec"]["resources"] = [{"flavor": f, "nominal": n} for f, n in flavors]

@@ -20,6 +20,7 @@ from kubegang.placement import (
     GangRequest,
     Placement,
 )
+from kubegang.podcontract import GPU_MILLI_ANNOTATION, GPUS_ANNOTATION
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,10 @@ class Reservation:
     pods exist or the job gives its admission back. False between Reserve and the status write."""
 
 
+_OURS = frozenset({GPUS_ANNOTATION, GPU_MILLI_ANNOTATION})
+"""The annotations kubegang writes that say which GPUs (and how much of one) a pod holds."""
+
+
 def _owner_and_index(demand: PodDemand) -> tuple[str, int]:
     if demand.job_uid is not None and demand.pod_index is not None:
         return demand.job_uid, demand.pod_index
@@ -82,11 +87,25 @@ def _read_pod(obj: Mapping[str, Any]) -> PodDemand | None:
     status = obj.get("status") or {}
     if isinstance(status, Mapping) and status.get("phase") in _TERMINAL_PHASES:
         return None
+    meta = obj.get("metadata") or {}
     try:
         return pod_demand(Pod.model_validate(obj))
     except (ValidationError, DemandError) as exc:
-        log.warning("ignoring pod %s: %s", (obj.get("metadata") or {}).get("name"), exc)
-        return None
+        error = exc
+    # An unreadable annotation of ours (``"0-7"`` for indices) must not make a bound pod's GPUs look
+    # free: its resource request is still counted, without the indices or share the annotation gave.
+    notes = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if isinstance(notes, Mapping) and _OURS & set(notes):
+        plain = {**obj, "metadata": {**meta, "annotations": {k: v for k, v in notes.items() if k not in _OURS}}}
+        try:
+            demand = pod_demand(Pod.model_validate(plain))
+        except (ValidationError, DemandError):
+            pass
+        else:
+            log.warning("pod %s: %s; its GPU request is counted without that annotation", meta.get("name"), error)
+            return demand
+    log.warning("ignoring pod %s: %s", meta.get("name") if isinstance(meta, Mapping) else None, error)
+    return None
 
 
 def _hold(demand: PodDemand) -> HeldPod | None:

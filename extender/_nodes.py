@@ -9,6 +9,7 @@ advertise, because the kubelet would refuse them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -18,7 +19,11 @@ from kubegang.api.gpunode import GPUNodeStatus
 from kubegang.extender._pods import GPU_RESOURCE
 from kubegang.topology import GPUInfo, NodeInfo, Taint
 
+log = logging.getLogger(__name__)
+
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+MAX_GPUS_PER_NODE = 1024
+"""Above any server built (an NVL72 rack is 72 GPUs across 18 nodes; MIG makes at most 7 per GPU)."""
 """GPU feature discovery's product label (``NVIDIA-H100-80GB-HBM3``); products use its spelling."""
 
 
@@ -51,6 +56,11 @@ def node_info(node: Mapping[str, Any], gpunode: GPUNodeStatus | None = None) -> 
     except ValueError:
         count = 0
     if count == 0:
+        return None
+    if count > MAX_GPUS_PER_NODE:
+        # One object per GPU is built below: a bogus count would stall every verb (and memory) here.
+        log.warning("node %s: allocatable %s is %d, above the %d GPUs any node has; left out", name, GPU_RESOURCE,
+                    count, MAX_GPUS_PER_NODE)
         return None
     labels: dict[str, str] = {k: v for k, v in (meta.get("labels") or {}).items() if isinstance(v, str)}
     default_product = product_name(labels.get(PRODUCT_LABEL))

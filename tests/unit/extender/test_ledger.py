@@ -624,3 +624,23 @@ def test_an_admitted_record_the_ledger_cannot_read_is_that_jobs_problem_and_the_
     ledger.synced = True
     assert ledger.reservation_count == 0                      # neither record is held ...
     assert len(ledger.filter(demand(8), ["n0", "n1", "n2"]).passed) == 3   # ... and every node is read
+
+
+def test_a_bound_pod_whose_gpu_annotation_cannot_be_read_still_holds_its_gpus() -> None:
+    for notes in ({"kubegang.io/gpus": "0-7"}, {"kubegang.io/gpu-milli": "half"}):
+        ledger = make(1)
+        bound = pod("w", 8, node_name="n0", pinned="n0")
+        bound["metadata"]["annotations"].update(notes)
+        ledger.upsert_pod(bound)
+        assert free(ledger) == {"n0": 0}, notes                  # its 8 GPUs are not free for anyone else
+        assert ledger.filter(demand(8), ["n0"]).passed == [], notes
+
+
+def test_a_node_claiming_more_gpus_than_any_server_has_is_left_out_at_once() -> None:
+    ledger = Ledger()
+    bogus = node("n-bogus", 8)
+    bogus["status"]["allocatable"]["nvidia.com/gpu"] = "1000000"
+    ledger.upsert_node(bogus)
+    ledger.upsert_node(node("n0", 8))
+    assert free(ledger) == {"n0": 8}
+    assert ledger.filter(demand(8), ["n-bogus", "n0"]).passed == ["n0"]

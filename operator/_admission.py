@@ -135,6 +135,8 @@ class Admission:
         self.writer = writer or StatusWriter(kube, on_lost=cache.forget, versions=cache.versions)
         self._creating: dict[str, asyncio.Task[None]] = {}
         """UID → the background task creating that gang's objects."""
+        self._creation_failures: dict[str, tuple[int, int]] = {}
+        """UID → (generation, failed pod creations in a row at it): the backoff of refused pods."""
         self._creation_slots = asyncio.Semaphore(creation_concurrency)
         self._background: set[asyncio.Task[Any]] = set()
         self._waiting_written: dict[str, tuple[str, str, float]] = {}
@@ -167,6 +169,7 @@ class Admission:
             uid = self.cache.deleted.pop()
             self.writer.discard(uid)
             self._waiting_written.pop(uid, None)
+            self._creation_failures.pop(uid, None)
             self._reserving.discard(uid)
             self.cycle.forget(uid)
             self.quota.release(uid)
@@ -307,7 +310,9 @@ class Admission:
             # Before the undo: teardown waits for a gang in creation, and must not wait for itself.
             self._creating.pop(job.uid, None)
             self._creation_slots.release()
-        if error is not None:
+        if error is None:
+            self._creation_failures.pop(job.uid, None)
+        else:
             try:
                 await self._undo_admission(job, error)
             except Exception:
@@ -375,7 +380,14 @@ class Admission:
     async def _undo_admission(self, job: JobView, error: str) -> None:
         await self.teardown(job)
         self.cache.forget(job.uid)
-        patch = transition(job.status, Phase.QUEUED, "AdmissionFailed", f"requeued: {error}", now=self.clock())
+        # Refused pods (a webhook, a LimitRange, a quota) are refused again at once: back off, doubling
+        # while the spec stays the same, as for any other failure of the job's admission.
+        generation, failures = self._creation_failures.get(job.uid, (job.generation, 0))
+        failures = failures + 1 if generation == job.generation else 1
+        self._creation_failures[job.uid] = (job.generation, failures)
+        delay = self.cycle.back_off(job, failures)
+        message = f"requeued: {error}; retrying in {delay:.0f}s"
+        patch = transition(job.status, Phase.QUEUED, "AdmissionFailed", message, now=self.clock())
         patch.update(NOT_ADMITTED)
         self.cache.assume(job, patch)
         try:

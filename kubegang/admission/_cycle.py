@@ -510,14 +510,27 @@ class AdmissionCycle(Generic[J, P]):
         entry = self._retry_at.get(job.uid)
         return entry is not None and entry[0] == job.generation and now < entry[1]
 
+    def back_off(self, job: J, failures: int) -> float:
+        """Leave ``job`` out of the cycle for the backoff of its ``failures``-th failure in a row (its
+        spec unchanged); returns the seconds. The driver calls it too, for a failure it sees after the
+        cycle admitted the job (its pods refused), so one rule paces every retry."""
+        delay = _backoff_seconds(failures)
+        self._retry_at[job.uid] = (job.generation, self.clock() + delay, failures)
+        return delay
+
     def _failed(self, job: J, exc: Exception, now: float) -> Entry[J, P]:
         log.error("admission of %s failed: %s", job.key, exc, exc_info=exc)
         generation, _, failures = self._retry_at.get(job.uid, (job.generation, 0.0, 0))
         failures = failures + 1 if generation == job.generation else 1
-        delay = min(BACKOFF_FIRST_SECONDS * 2 ** (failures - 1), BACKOFF_MAX_SECONDS)
+        delay = _backoff_seconds(failures)
         self._retry_at[job.uid] = (job.generation, now + delay, failures)
         return Entry(job, AdmitResult.ERROR, WaitReason.ADMISSION_ERROR,
                      f"admission failed ({type(exc).__name__}: {exc}); retrying in {delay:.0f}s")
+
+
+def _backoff_seconds(failures: int) -> float:
+    """The wait after the ``failures``-th failure in a row: doubling from the first, capped."""
+    return float(min(BACKOFF_FIRST_SECONDS * 2 ** (max(failures, 1) - 1), BACKOFF_MAX_SECONDS))
 
 
 def _plus(start: float | None, seconds: float | None) -> float | None:

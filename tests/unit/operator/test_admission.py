@@ -103,8 +103,20 @@ async def test_failed_pod_creation_undoes_every_step(job_body: Any, make_world: 
     assert status["phase"] == "Queued" and status["admittedAt"] is None
     cond = get_condition(status["conditions"], CondType.QUEUED)
     assert cond is not None and cond["reason"] == "AdmissionFailed" and "train-2" in cond["message"]
+    assert cond["message"].endswith("retrying in 1s"), cond
+
+    # Refused again at once would be refused again: it waits its backoff, doubling while it fails.
+    real = w.admission.cycle.clock
+    assert await w.cycle() == []
+    w.admission.cycle.clock = lambda: real() + 1.5
+    [outcome] = await w.cycle()
+    assert outcome.result == "Admitted" and w.kube.pods() == []
+    cond = get_condition(w.last_status("team-a/train")["conditions"], CondType.QUEUED)
+    assert cond is not None and cond["message"].endswith("retrying in 2s"), cond
+    assert await w.cycle() == []
 
     w.kube.fail_create = None
+    w.admission.cycle.clock = lambda: real() + 4
     [outcome] = await w.cycle()
     assert outcome.result == "Admitted"
     assert len(w.kube.pods()) == 3

@@ -51,6 +51,9 @@ def _raw(requests: Mapping[str, Any], limits: Mapping[str, Any], resource: str) 
     return requests.get(resource, limits.get(resource))
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _quantity(raw: Any, where: str, resource: str) -> Decimal:
     if isinstance(raw, float):
         raw = str(raw)
@@ -60,6 +63,10 @@ def _quantity(raw: Any, where: str, resource: str) -> Decimal:
         raise RequestError(f"{where}.resources.requests.{resource}: {exc}") from None
     if value < 0:
         raise RequestError(f"{where}.resources.requests.{resource}: must not be negative, got {raw!r}")
+    if value * 1000 > _INT64_MAX:
+        # kube-scheduler counts requests in int64 milli-units; beyond that no node can hold it, and the
+        # extender's wire (int64 fields) could not carry it either.
+        raise RequestError(f"{where}.resources.requests.{resource}: {raw!r} is beyond what a node can offer")
     return value
 
 

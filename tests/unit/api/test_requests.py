@@ -30,6 +30,12 @@ def test_a_fractional_or_negative_gpu_count_names_the_field(gpus: object) -> Non
         pod_spec_requests({"containers": [_c(limits={"nvidia.com/gpu": gpus})]})
 
 
+@pytest.mark.parametrize(("resource", "value"), [("cpu", "1e30"), ("memory", "9E"), ("cpu", "1e999999999")])
+def test_a_request_beyond_any_node_names_the_field(resource: str, value: str) -> None:
+    with pytest.raises(RequestError, match=rf"spec\.containers\[1\]\.resources\.requests\.{resource}"):
+        pod_spec_requests({"containers": [_c(), _c(requests={resource: value})]})
+
+
 def test_the_api_model_counts_init_container_gpus_by_the_same_rule() -> None:
     """The model's GPUs per replica used to ignore init containers while the extender counted them."""
     job = GPUJob.model_validate({

@@ -644,3 +644,15 @@ def test_a_node_claiming_more_gpus_than_any_server_has_is_left_out_at_once() -> 
     ledger.upsert_node(node("n0", 8))
     assert free(ledger) == {"n0": 8}
     assert ledger.filter(demand(8), ["n-bogus", "n0"]).passed == ["n0"]
+
+
+def test_the_intrusion_metric_counts_each_displacement_once_across_refreshes() -> None:
+    from kubegang.extender._metrics import ExtenderMetrics
+    from kubegang.extender._runtime import publish
+
+    ledger, metrics = make(4), ExtenderMetrics()
+    placement = reserve(ledger, "job-1", pods=2)
+    ledger.upsert_pod(pod("intruder", 8, node_name=placement.assignments[1].node))
+    for _ in range(3):
+        publish(ledger, metrics)  # the housekeeping refresh
+    assert metrics.registry.get_sample_value("kubegang_extender_intrusions_total") == 1

@@ -51,8 +51,17 @@ async def test_a_job_whose_handling_raises_is_marked_and_the_job_behind_it_is_ad
     # It holds nothing while it waits, and it waits out its backoff instead of failing every cycle.
     assert "uid-poison" not in w.quota.tree
     assert [o.job for o in await w.cycle()] == []
-    w.client.fail_for.clear()
+    # docs/operator.md: doubling per failure while the spec stays the same ...
     w.admission.cycle.clock = lambda: time.monotonic() + 1.5  # the 1 s backoff has passed
+    [again] = await w.cycle()
+    assert again.result is AdmitResult.ERROR and again.message.endswith("retrying in 2s"), again
+    w.admission.cycle.clock = lambda: time.monotonic() + 3.0  # within the 2 s after 1.5 s
+    assert [o.job for o in await w.cycle()] == []
+    # ... and at once when the spec changes (a new generation), whatever the backoff left.
+    edited = make_job_body("poison", namespace="team-a", queue="team-a", replicas=1, gpus=8)
+    edited["metadata"]["generation"] = 2
+    w.submit(edited)
+    w.client.fail_for.clear()
     assert [(o.job, o.result) for o in await w.cycle()] == [("team-a/poison", AdmitResult.ADMITTED)]
 
 
@@ -187,8 +196,10 @@ async def test_a_pod_kubegang_did_not_place_takes_a_slot_and_the_gang_is_re_plac
                 "spec": {"nodeName": taken, "containers": [
                     {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}, "status": {"phase": "Running"}}
     w.ledger.upsert_pod(intruder)
+    moved = _repairs("moved")
     await w.supervisor.run_pass()
     await w.admission.settle()
+    assert _repairs("moved") == moved + 1  # kubegang_gang_repairs_total{outcome="moved"} (metrics.md)
     assert ("Pod", "team-a", "big-1") in w.kube.deleted
     replaced = next(p for p in w.kube.pods() if p["metadata"]["name"] == "big-1")
     new_node = replaced["metadata"]["annotations"]["kubegang.io/node"]
@@ -199,6 +210,37 @@ async def test_a_pod_kubegang_did_not_place_takes_a_slot_and_the_gang_is_re_plac
     assert cond is not None and cond["reason"] == "Repaired" and "serving/web-0" in cond["message"]
     assert any(e[:2] == ("team-a/big", "Repaired") and "serving/web-0" in e[2] for e in w.kube.events)
     assert ("Pod", "team-a", "big-0") not in w.kube.deleted  # the rest of the gang keeps its pods
+
+
+def _repairs(outcome: str) -> float:
+    from kubegang.operator._metrics import REGISTRY
+
+    return REGISTRY.get_sample_value("kubegang_gang_repairs_total", {"outcome": outcome}) or 0.0
+
+
+async def test_a_gang_whose_slot_was_taken_and_has_no_other_place_is_requeued_whole_as_displaced() -> None:
+    """docs/extender.md: no place near the gang, so it is requeued whole at once (``GangDisplaced``)."""
+    w = _world(nodes=2)
+    w.submit(make_job_body("big", namespace="team-a", queue="team-a", replicas=2, gpus=8))
+    [admitted] = await w.cycle()
+    assert admitted.result is AdmitResult.ADMITTED
+    w.echo_pods(phase="Pending", bound=False)
+    taken = next(p for p in w.kube.pods() if p["metadata"]["name"] == "big-1")["metadata"]["annotations"][
+        "kubegang.io/node"]
+    w.ledger.upsert_pod({"metadata": {"name": "web-0", "namespace": "serving", "uid": "web-uid"},
+                         "spec": {"nodeName": taken, "containers": [
+                             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
+                         "status": {"phase": "Running"}})
+    requeued = _repairs("requeued")
+    await w.supervisor.run_pass()
+    await w.admission.settle()
+    assert _repairs("requeued") == requeued + 1
+    status = w.last_status("team-a/big")
+    assert (status["phase"], status["reason"], status["admittedAt"]) == ("Queued", "GangDisplaced", None), status
+    cond = get_condition(status["conditions"], CondType.QUEUED)
+    assert cond is not None and "serving/web-0" in cond["message"] and "requeued whole" in cond["message"], cond
+    assert {("Pod", "team-a", "big-0"), ("Pod", "team-a", "big-1")} <= set(w.kube.deleted)  # whole, at once
+    assert "uid-big" not in w.quota.tree
 
 
 async def test_status_times_another_client_wrote_unreadable_stop_no_supervision_pass() -> None:
@@ -286,3 +328,23 @@ async def test_a_job_the_operator_cannot_read_is_told_so_once_naming_the_field_a
     await controller.step()
     await w.admission.settle()
     assert w.last_status("team-a/exist")["phase"] == "Admitted" and not w.cache.invalid_jobs.get("uid-exist")
+
+
+async def test_an_unreachable_extender_is_the_queued_reason_and_nothing_is_admitted_or_raised() -> None:
+    import grpc
+
+    w = World({"team-a": 64}, {f"node-{i}": 8 for i in range(2)})
+    w.submit(make_job_body("train", replicas=1, gpus=8))
+
+    async def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
+                                   details="connection refused")
+
+    real = w.client.plan
+    w.client.plan = unreachable  # type: ignore[method-assign]
+    [outcome] = await w.cycle()
+    assert outcome.result.value == "Queued" and "extender unavailable (UNAVAILABLE)" in outcome.message, outcome
+    assert w.kube.pods() == [] and "uid-train" not in w.quota.tree
+    w.client.plan = real  # type: ignore[method-assign]
+    [outcome] = await w.cycle()
+    assert outcome.result.value == "Admitted", outcome

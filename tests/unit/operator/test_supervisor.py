@@ -3,6 +3,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from kubegang.operator._conditions import CondType, get_condition
 from kubegang.operator._extender_placement import gang_request
 from kubegang.operator._lifecycle import Action
 from kubegang.operator._supervisor import READY_REPORT_AFTER_SECONDS
@@ -58,6 +59,9 @@ async def test_failed_worker_restarts_whole_gang_preferring_its_domain(make_worl
     assert {n for k, _, n in w.kube.deleted if k == "Pod"} >= {"train-0", "train-1", "train-2"}
     status = w.last_status("team-a/train")
     assert (status["phase"], status["restarts"], status["admittedAt"]) == ("Queued", 1, None)
+    queued = get_condition(status["conditions"], CondType.QUEUED)
+    assert queued is not None and queued["reason"] == "GangRestarting" == status["reason"], status  # operator.md
+    assert "worker 1 failed (exit code 1)" in queued["message"], queued
     assert job.uid not in w.quota.tree and w.ledger.reservation_count == 0
 
     # Re-admission waits until the old pods are gone, then prefers the same domain and relabels pods.

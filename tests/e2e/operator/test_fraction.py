@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .conftest import H100
+from .test_job_fields import _table
 
 
 def _no_template_gpus(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -59,6 +60,9 @@ def test_a_shared_gpu_job_and_whole_gpu_jobs_all_run_with_the_gpus_they_asked_fo
     ops.cluster.wait_for("queue usage to count the share",
                          lambda: ops.cluster.get_json("gpuqueue", q).get("status", {}).get("usedGPUs") == 24.25,
                          timeout=30, interval=1)
+    # docs/sharing.md: `kubectl get gq` shows usage with fractions.
+    _, rows = _table(ops.cluster.kubectl("get", "gq", q).stdout)
+    assert rows[q]["USAGE"] == "24.25", rows
 
 
 def test_a_pod_larger_than_every_node_is_unschedulable_and_a_missing_queue_says_so(ops: Any) -> None:

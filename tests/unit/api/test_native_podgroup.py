@@ -100,3 +100,13 @@ def test_its_gpujob_name_and_how_a_user_names_it() -> None:
     assert job_name_of("schedulinggroup/pg") == "schedulinggroup-pg" == job_name_of("schedulinggroups/pg")
     with pytest.raises(ValueError, match=r"spec\.schedulingGroup, not by labels"):
         source_selector(PodSourceKind.SCHEDULING_GROUP, "pg")
+
+
+def test_a_preferred_topology_comes_from_the_podgroup_else_the_workload() -> None:
+    workload = workload_object(annotations={"kubegang.io/topology-preferred": "leaf"})
+    own = native_pod_group(podgroup(annotations={"kubegang.io/topology-preferred": "nvlink"}), workload,
+                           {"kubegang.io/queue": "q"})
+    assert (own.topology.required, own.topology.preferred) == (None, "nvlink")
+    inherited = native_pod_group(podgroup(), workload_object(annotations={"kubegang.io/topology-preferred": "leaf"}),
+                                 {"kubegang.io/queue": "q"})
+    assert inherited.topology.preferred == "leaf"

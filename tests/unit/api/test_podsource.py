@@ -62,3 +62,12 @@ def test_which_source_a_pod_belongs_to_and_the_job_that_represents_it() -> None:
     assert job_name_of("raycluster/rc") == "raycluster-rc" == job_name_of("rayclusters/rc")
     assert job_name_of("podgroup/workers") == "podgroup-workers"
     assert job_name_of("pretrain") == "pretrain" and job_name_of("team/x") == "team/x"
+
+
+def test_the_preferred_topology_annotation_is_read_and_a_bad_one_is_named() -> None:
+    member = pod_group_member(pod(GROUP, {"kubegang.io/topology-required": "spine",
+                                          "kubegang.io/topology-preferred": "leaf"}))
+    assert member is not None and (member.topology.required, member.topology.preferred) == ("spine", "leaf")
+    with pytest.raises(SourceError) as exc:
+        pod_group_member(pod(GROUP, {"kubegang.io/topology-preferred": "rack"}))
+    assert str(exc.value).startswith("metadata.annotations[kubegang.io/topology-preferred]"), exc.value

@@ -359,3 +359,30 @@ def test_preferred_leaf_puts_the_whole_gang_in_one_leaf_when_one_is_free(ops: An
     assert not leaves("pref") & leaves("filler"), (leaves("pref"), leaves("filler"))
     assert status["placement"]["level"] == "leaf", status["placement"]
     assert {status["placement"]["domain"]} == leaves("pref"), status["placement"]
+
+
+# -- topology.required, every level; topology.preferred that cannot be met --------------------------
+def test_every_required_level_holds_its_gang_and_an_unmeetable_preference_is_placed_wider(ops: Any) -> None:
+    ops.cluster.use_shape("superpod-h100")  # one NVLink domain per node, 4 leaves in one block
+    q = ops.queue("levels", [(H100, 256)])
+    jobs = {"on-node": ("node", 2, 4), "in-nvlink": ("nvlink", 2, 4), "in-block": ("block", 3, 8),
+            "anywhere": ("cluster", 2, 8)}
+    for name, (level, replicas, gpus) in jobs.items():
+        ops.job(name, q, replicas, gpus, topology={"required": level})
+    # 24 GPUs cannot be in one NVLink domain of 8: best effort places it wider instead of waiting.
+    ops.job("wider", q, 3, 8, topology={"preferred": "nvlink"})
+    statuses = {name: ops.wait_phase(name, "Running", timeout=120) for name in [*jobs, "wider"]}
+    labels = ops.node_labels()
+
+    def nodes(job: str) -> set[str]:
+        return {p["spec"]["nodeName"] for p in ops.running_pods(job)}
+
+    assert len(nodes("on-node")) == 1 and len(nodes("in-nvlink")) == 1, (nodes("on-node"), nodes("in-nvlink"))
+    assert len({labels[n]["kubegang.io/block"] for n in nodes("in-block")}) == 1, nodes("in-block")
+    assert len(ops.running_pods("anywhere")) == 2
+    levels = ["node", "nvlink", "leaf", "spine", "block", "cluster"]
+    for name, (level, _, _) in jobs.items():
+        placed = statuses[name]["placement"]["level"]
+        assert levels.index(placed) <= levels.index(level), (name, statuses[name]["placement"])
+    wider = statuses["wider"]["placement"]
+    assert levels.index(wider["level"]) > levels.index("nvlink") and len(nodes("wider")) == 3, wider

@@ -258,3 +258,20 @@ async def test_a_job_held_by_its_quota_reserves_no_nodes_others_could_use(job_bo
                       created="2025-01-01T00:00:02Z"))
     outcomes = await w.cycle()
     assert ("team-b/other", "Admitted") in [(o.job, o.result) for o in outcomes]
+
+
+async def test_without_a_within_queue_policy_a_higher_priority_job_waits_and_evicts_nothing(
+    job_body: Any, make_world: Any
+) -> None:
+    """docs/api.md: preemption.withinQueue defaults to Never."""
+    w = make_world({"team-a": 80}, NODES)
+    w.cache.set_priority("urgent", 100)
+    for i in range(5):
+        w.submit(job_body(f"low-{i}", replicas=2, gpus=8, created=f"2025-01-01T00:00:0{i}Z"))
+        await w.cycle()
+    w.echo_pods()
+    w.submit(job_body("high", replicas=3, gpus=8, created="2025-01-01T00:01:00Z", priorityClassName="urgent"))
+    [outcome] = await w.cycle()
+    assert outcome.result.value == "Queued", outcome
+    assert not [k for k, _, _ in w.kube.deleted if k == "Pod"]
+    assert all(w.last_status(f"team-a/low-{i}")["phase"] in ("Admitted", "Running") for i in range(5))

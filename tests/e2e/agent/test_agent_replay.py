@@ -6,6 +6,7 @@ Checked the way a user checks: ``kubectl get gpunodes``, ``kubectl get nodes`` w
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections import Counter
@@ -19,6 +20,9 @@ Cluster = Any  # the `cluster` fixture's object (tests/e2e/conftest.py)
 AgentProcess = Any  # what `start_replay_agent` returns (tests/e2e/agent/conftest.py)
 StartAgent = Callable[..., AgentProcess]
 FABRIC = "kubegang.io/replay-fabric"
+FABRIC_REASONS = {"FabricRegistered", "FabricNotSupported", "FabricZeroClusterUuid", "FabricRegistrationIncomplete",
+                  "FabricRegistrationFailed", "FabricInconsistent", "FabricUnknown"}
+"""The NVLinkFabric condition's reasons, as docs/agent.md lists them."""
 DUMP = "kubegang.io/replay-dump"
 LABELS = ("nvidia.com/gpu.clique", "nvidia.com/gpu.product", "nvidia.com/gpu.count", "kubegang.io/nvlink-domain")
 # shape → (nodes, GPUs per node, product label, NVLink domains and nodes in each)
@@ -96,6 +100,17 @@ def test_every_fake_node_of_a_shape_gets_its_gpunode_and_labels(
         fabric = nodes[name]["metadata"]["annotations"].get(FABRIC)
         assert domain == (fabric.replace("/", ".") if fabric else None), name
         by_domain[domain] += 1
+        # docs/agent.md: the conditions, and when the node was last read.
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        assert (conditions["GPUHealthy"]["status"], conditions["GPUHealthy"]["reason"]) == (
+            "True", "AllGPUsHealthy"), (name, conditions)
+        fabric_condition = conditions["NVLinkFabric"]
+        if domain is not None:
+            assert (fabric_condition["status"], fabric_condition["reason"]) == ("True", "FabricRegistered"), name
+        else:
+            assert fabric_condition["reason"] in FABRIC_REASONS - {"FabricRegistered"}, (name, fabric_condition)
+        seen = dt.datetime.fromisoformat(status["lastSeen"].replace("Z", "+00:00"))
+        assert abs((dt.datetime.now(dt.UTC) - seen).total_seconds()) < 600, (name, status["lastSeen"])
     assert Counter(by_domain.values()) == Counter(domain_sizes) if domain_sizes else by_domain == {None: count}
     uuids = [g["uuid"] for gn in gpunodes(cluster).values() for g in gn["status"]["gpus"]]
     assert len(set(uuids)) == count * gpus, "every replayed GPU has its own UUID"

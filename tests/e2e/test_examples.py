@@ -402,3 +402,42 @@ def test_example_runs_as_shipped_on_the_demo_cluster(demo: Any, path: Path) -> N
         assert not failures, f"{_case_id(path)}:\n" + "\n".join(f"  {k}: {v}" for k, v in failures.items())
     finally:
         _clean(cluster, path, probes)
+
+
+def test_the_demo_queues_comments_hold_borrowing_limit_and_flavour_order(demo: Any) -> None:
+    """examples/demo/queues.yaml's comments: team-a holds at most 768 H100s (its 512 and the 256 team-b
+    lends), and a job without spec.gpuProduct tries the leaf's first flavour, H100s, first."""
+    cluster = demo
+
+    def job(name: str, replicas: int, **spec: Any) -> dict[str, Any]:
+        return {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob",
+                "metadata": {"name": name, "namespace": "team-a"},
+                "spec": {"queue": "team-a", "replicas": replicas, **spec, "template": {"spec": {"containers": [
+                    {"name": "main", "image": "probe:1", "resources": {"limits": {GPU: 8}}}]}}}}
+
+    jobs = [job("beyond-768", 97, gpuProduct="NVIDIA-H100-80GB-HBM3"), job("any-product", 1)]
+    try:
+        cluster.kubectl("apply", "-f", str(QUEUES))
+        cluster.apply(jobs)
+
+        def status(name: str) -> dict[str, Any]:
+            return dict(cluster.get_json("gpujob", name, "-n", "team-a").get("status") or {})
+
+        cluster.wait_for("beyond-768 Unschedulable", lambda: status("beyond-768").get("phase") == "Unschedulable",
+                         timeout=60, interval=1)
+        too_big = status("beyond-768")
+        assert too_big["reason"] == "ExceedsQueueCapacity", too_big
+        message = next(c["message"] for c in too_big["conditions"] if c["type"] == "Unschedulable")
+        assert "can never hold 776 NVIDIA-H100-80GB-HBM3: at most 768" in message, message
+        cluster.wait_for("any-product Running", lambda: status("any-product").get("phase") == "Running",
+                         timeout=RUNNING_TIMEOUT, interval=1)
+        [pod] = _pods(cluster, "team-a", "any-product")
+        node = cluster.get_json("node", pod["spec"]["nodeName"])
+        assert node["metadata"]["labels"][PRODUCT_LABEL] == "NVIDIA-H100-80GB-HBM3", node["metadata"]["labels"]
+    finally:
+        cluster.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=true", "--timeout=120s",
+                        input=yaml.safe_dump_all(jobs), check=False)
+        cluster.wait_for("any-product's pod gone", lambda: not _pods(cluster, "team-a", "any-product"),
+                         timeout=120, interval=1)
+        cluster.kubectl("delete", "-f", str(QUEUES), "--ignore-not-found", "--wait=true", "--timeout=60s",
+                        check=False)

@@ -144,6 +144,7 @@ async def test_preemption_evicts_only_what_is_needed_and_names_the_preemptor(job
     assert victim["phase"] == "Queued"
     cond = get_condition(victim["conditions"], CondType.PREEMPTED)
     assert cond is not None and cond["message"] == "preempted by team-a/high (higher priority in queue team-a)"
+    assert (cond["status"], cond["reason"]) == ("True", "Preempted"), cond  # docs/operator.md's table
     assert is_true(victim["conditions"], CondType.QUEUED)
     assert (victim_key, "Preempted", cond["message"], True) in w.kube.events
     # Whole gangs: every pod of both victims deleted, none of the others; their quota is given back.

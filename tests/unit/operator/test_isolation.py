@@ -348,3 +348,20 @@ async def test_an_unreachable_extender_is_the_queued_reason_and_nothing_is_admit
     w.client.plan = real  # type: ignore[method-assign]
     [outcome] = await w.cycle()
     assert outcome.result.value == "Admitted", outcome
+
+
+async def test_deleting_a_queue_whose_job_runs_stops_no_other_queue() -> None:
+    """docs/api.md: a queue out of the tree leaves its own jobs waiting; every other queue admits."""
+    w = _world()
+    w.submit(make_job_body("a1", namespace="team-a", queue="team-a", replicas=1, gpus=8))
+    [admitted] = await w.cycle()
+    assert admitted.result is AdmitResult.ADMITTED
+    w.echo_pods()
+    w.cache.remove_queue("team-a")  # kubectl delete gq team-a, its job still running
+    w.submit(_normal())
+    outcomes = {o.job: o.result for o in await w.cycle()}
+    assert outcomes == {"normal/normal": AdmitResult.ADMITTED}, outcomes
+    assert w.kube.objects.get(("Pod", "team-a", "a1-0")) is not None  # the running gang is left alone
+    w.cache.upsert_queue(gpu_queue("team-a", 32, "org", ["team-a"]))  # back: counted again
+    await w.cycle()
+    assert "uid-a1" in w.quota.tree

@@ -197,3 +197,13 @@ def test_images_follow_values(render: Render) -> None:
     objects = render("image.repository=registry.example/kg", "image.tag=1.2.3")
     images = {c["image"] for w in objects.workloads() for c in _containers(w)}
     assert images == {"registry.example/kg:1.2.3", "registry.k8s.io/kube-scheduler:v1.36.3"}
+
+
+def test_image_pull_secrets_reach_every_workload_the_chart_runs(render: Render) -> None:
+    """README: "Secrets for pulling the images" — the scheduler's mirrored image too."""
+    objects = render("imagePullSecrets={regcred}")
+    workloads = [*objects.kind("Deployment"), *objects.kind("DaemonSet")]
+    assert len(workloads) == 4
+    for workload in workloads:
+        pod = workload["spec"]["template"]["spec"]
+        assert pod.get("imagePullSecrets") == [{"name": "regcred"}], workload["metadata"]["name"]

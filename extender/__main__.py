@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reservation-ttl-seconds", type=float, default=defaults["reservation_ttl_seconds"])
     p.add_argument("--topology-preset", default=defaults["topology_preset"],
                    help="node label preset for fabric levels (default, gke, aws, oci, nvidia)")
-    p.add_argument("--log-level", default=defaults["log_level"])
+    p.add_argument("--log-level", default=defaults["log_level"], type=str.upper,
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
 

@@ -103,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
         "may use its nodes meanwhile); negative: as --backfill-reserve-after "
         f"(default: {DEFAULT_PLANNED_RESERVE_AFTER_SECONDS:.0f}, at once)",
     )
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    p.add_argument("--log-level", default="INFO", type=str.upper, choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
 

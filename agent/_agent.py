@@ -115,6 +115,9 @@ class Agent:
             except ReplayError as exc:
                 self._complain_once(node.name, str(exc))
                 continue
+            except Exception as exc:  # one node's dump or annotation must not stop the others'
+                self._complain_once(node.name, f"cannot replay {dump_name!r}: {exc!r}")
+                continue
             self._complained.pop(node.name, None)
             wanted[node.name] = (key, backend)
         for name in [n for n, s in self._served.items() if n not in wanted or wanted[n][0] != s.key]:

@@ -56,8 +56,9 @@ def load_dump(path: Path) -> Dump:
     """Read a dump file; raise :class:`DumpFormatError` naming the file when it is not one."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DumpFormatError(f"{path}: cannot read NVML dump: {exc}") from exc
+    except (OSError, ValueError, RecursionError) as exc:
+        # ValueError covers JSON errors, undecodable bytes and integers beyond Python's digit limit.
+        raise DumpFormatError(f"{path}: cannot read NVML dump: {exc!r}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("devices"), list):
         raise DumpFormatError(f"{path}: not an NVML dump (expected an object with a 'devices' list)")
     return data

@@ -69,8 +69,11 @@ def resolve_dump(directory: Path, name: str) -> Path:
     if not _NAME.match(name):
         raise ReplayError(f"replay dump name {name!r}: allowed are letters, digits, '.', '_', '-'")
     for candidate in (directory / f"{name}.nvml.json", directory / name):
-        if candidate.is_file():
-            return candidate
+        try:
+            if candidate.is_file():
+                return candidate
+        except OSError as exc:  # a name too long for the file system, say
+            raise ReplayError(f"replay dump {name!r}: {exc}") from None
     raise ReplayError(f"replay dump {name!r}: no {name}.nvml.json in {directory}")
 
 

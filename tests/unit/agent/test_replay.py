@@ -214,3 +214,29 @@ def test_cli_refuses_bad_settings_with_a_message(capsys: pytest.CaptureFixture[s
     assert main(["--replay-dir", str(tmp_path), "--metrics-port", "0"]) == 2
     assert "nodes_from_label" in capsys.readouterr().err
     assert main(["--once", "--print", "--replay-dump", "x", "--replay-fabric", "zzz"]) == 2
+
+
+async def test_a_dump_or_annotation_that_cannot_be_read_stops_no_other_node(fixtures_dir: Path, tmp_path: Path) -> None:
+    """docs/agent.md: a bad annotation is logged once and skipped; it used to end the whole agent."""
+    import shutil
+
+    shutil.copy(fixtures_dir / "hgx-h100-8gpu.nvml.json", tmp_path / "good.nvml.json")
+    good = (fixtures_dir / "hgx-h100-8gpu.nvml.json").read_text()
+    (tmp_path / "latin1.nvml.json").write_bytes(good.replace('"devices"', '"d\u00e9vices", "devices"', 1)
+                                               .encode("latin-1"))
+    (tmp_path / "deep.nvml.json").write_text('{"devices": [], "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (tmp_path / "hugeint.nvml.json").write_text('{"devices": [], "x": ' + "9" * 5000 + "}")
+    cluster = FakeCluster([node("good", "good"), node("latin1", "latin1"), node("deep", "deep"),
+                           node("hugeint", "hugeint"), node("longname", "a" * 300)])
+    settings = AgentSettings(replay_dir=tmp_path, nodes_from_label="type=kwok", poll_interval_s=0.05,
+                             resync_interval_s=1, metrics_port=0)  # fmt: skip
+    agent = Agent(settings, cluster, AgentMetrics())
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_for(lambda: set(cluster.labels) == {"good"})
+        await wait_for(agent.healthy)
+        assert not task.done() and set(agent._served) == {"good"}
+        assert set(agent._complained) == {"latin1", "deep", "hugeint", "longname"}
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 _ERROR_TIMEOUT = 10
 _ERROR_ARGUMENT_VERSION_MISMATCH = 25
+_ERROR_FUNCTION_NOT_FOUND = 13
+"""NVML_ERROR_FUNCTION_NOT_FOUND: a driver older than the call (the legacy fabric call then answers)."""
 _EVENT_XID = 8  # nvmlEventTypeXidCriticalError
 _AFFINITY_WORDS = 16  # 1,024 CPUs / NUMA nodes
 
@@ -80,13 +82,23 @@ class NvmlBackend:
         self._stop = threading.Event()
         self._events: threading.Thread | None = None
         self._watch_error: str | None = "XID event watch not running"
+        self._watch_events = watch_events
+        self._init()
+
+    def _init(self) -> None:
+        """nvmlInit, and the XID watch once it succeeds; a failure is kept as the dump's ``init`` error
+        and tried again at the next read (a driver container may start after the agent)."""
         try:
-            nvml.nvmlInit()
+            self._nvml.nvmlInit()
         except Exception as exc:
+            if self._init_error is None:
+                log.error("NVML init failed (tried again at every poll): %s", exc)
             self._init_error = error_entry(exc)
-            log.error("NVML init failed: %s", exc)
             return
-        if watch_events:
+        if self._init_error is not None:
+            log.info("NVML init succeeded after failing")
+        self._init_error = None
+        if self._watch_events:
             self._watch_error = None
             self._events = threading.Thread(target=self._watch_xids, name="nvml-xid-events", daemon=True)
             self._events.start()
@@ -95,6 +107,8 @@ class NvmlBackend:
     def read(self) -> Dump:
         started = time.perf_counter()
         dump: Dump = {"infiniband": read_hcas(self._infiniband_root)}
+        if self._init_error is not None:
+            self._init()
         if self._init_error is not None:
             dump.update(init=self._init_error, devices=[])
             return dump
@@ -184,8 +198,8 @@ class NvmlBackend:
                 n.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
             except Exception as exc:
                 last = error_entry(exc)
-                if getattr(exc, "value", None) == _ERROR_ARGUMENT_VERSION_MISMATCH:
-                    continue
+                if getattr(exc, "value", None) in (_ERROR_ARGUMENT_VERSION_MISMATCH, _ERROR_FUNCTION_NOT_FOUND):
+                    continue  # an older struct, or the legacy call below, may still answer
                 return last
             return plain(info)
         if hasattr(n, "c_nvmlGpuFabricInfo_t") and hasattr(n, "nvmlDeviceGetGpuFabricInfo"):

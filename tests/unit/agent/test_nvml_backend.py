@@ -269,3 +269,43 @@ def test_plain_converts_ctypes_structures() -> None:
     out = plain(info)
     assert out["cliqueId"] == 5 and out["clusterUuid"] == list(range(16))
     assert plain(ctypes.create_string_buffer(b"NVIDIA H200", 32).value) == "NVIDIA H200"
+
+
+def test_a_failed_init_is_tried_again_at_the_next_poll(load_dump_fixture: Load, tmp_path: Path) -> None:
+    """A driver container that starts after the agent: the node gets its GPUs without a restart."""
+    backend, fake = backend_for(load_dump_fixture("hgx-h100-8gpu"), tmp_path, nvmlInit={"code": 9, "error": "x"})
+    assert build_status(parse_dump(backend.read()), now=NOW).conditions[0].reason == "NVMLUnavailable"
+    del fake.fail["nvmlInit"]  # the driver is loaded now
+    status = build_status(parse_dump(backend.read()), now=NOW)
+    assert len(status.gpus) == 8 and status.conditions[0].status == "True", status.conditions
+    backend.close()
+    assert fake.shutdown
+
+
+class LegacyFabricNvml(FakeNvml):
+    """A driver older than nvmlDeviceGetGpuFabricInfoV: only the legacy fabric call answers."""
+
+    c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
+
+    def nvmlDeviceGetGpuFabricInfo(self, handle: int, ref: Any) -> int:
+        info, struct = self._dev(handle)["GpuFabricInfoV"], ref._obj
+        for name, *_ in struct._fields_:
+            if name == "clusterUuid":
+                struct.clusterUuid[:] = info["clusterUuid"]
+            elif name in info:
+                setattr(struct, name, info[name])
+        return 0
+
+
+def test_a_driver_without_the_versioned_fabric_call_is_read_by_the_legacy_one(
+    load_dump_fixture: Load, tmp_path: Path
+) -> None:
+    """docs/agent.md: v3, then v2, then the legacy call."""
+    expected = build_status(parse_dump(load_dump_fixture("gb200-nvl72-tray")), now=NOW).nvlink_domain
+    assert expected is not None
+    missing = {"code": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND, "error": "x"}
+    fake = LegacyFabricNvml(load_dump_fixture("gb200-nvl72-tray"), {"nvmlDeviceGetGpuFabricInfoV": missing})
+    backend = NvmlBackend(infiniband_root=tmp_path / "none", nvml=fake, watch_events=False)
+    status = build_status(parse_dump(backend.read()), now=NOW)
+    assert status.nvlink_domain is not None and status.nvlink_domain.id == expected.id, status.conditions
+    backend.close()

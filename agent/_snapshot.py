@@ -119,6 +119,9 @@ class _Unknowns:
 
     def read(self, source: Mapping[str, Any], key: str, what: str, convert: Callable[[Any], T]) -> T | None:
         """``convert(source[key])``, or None with the reason recorded."""
+        if not isinstance(source, Mapping):
+            self.add(what, f"malformed: expected an object holding {key}, got {source!r}")
+            return None
         if key not in source:
             self.add(what, f"{key} not recorded")
             return None
@@ -128,7 +131,7 @@ class _Unknowns:
             return None
         try:
             return convert(value)
-        except (TypeError, ValueError, KeyError, IndexError) as exc:
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
             self.add(what, f"{key} malformed: {exc}")
             return None
 
@@ -137,6 +140,23 @@ def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"expected an integer, got {value!r}")
     return value
+
+
+def _count(value: Any) -> int:
+    """A size or a version number: never negative from NVML (unsigned there)."""
+    number = _int(value)
+    if number < 0:
+        raise ValueError(f"expected a number >= 0, got {value!r}")
+    return number
+
+
+def _uint32(value: Any) -> int:
+    """What NVML returns as an unsigned int (a clique id): a dump outside it is malformed, not a label
+    longer than Kubernetes allows."""
+    number = _int(value)
+    if not 0 <= number < 2**32:
+        raise ValueError(f"expected an unsigned 32-bit integer, got {value!r}")
+    return number
 
 
 def _str(value: Any) -> str:
@@ -206,7 +226,7 @@ def _fabric(value: Any) -> FabricReading:
     summary = value.get("healthSummary")
     return FabricReading(
         cluster_uuid=cluster_uuid_text(value["clusterUuid"]),
-        clique_id=_int(value["cliqueId"]),
+        clique_id=_uint32(value["cliqueId"]),
         state=_int(value["state"]),
         status=_int(value["status"]),
         health_mask=mask if isinstance(mask, int) else None,
@@ -234,6 +254,9 @@ def _links(index: int, value: Any, unknowns: _Unknowns) -> tuple[LinkReading, ..
     unresolved: list[str] = []
     readable = 0
     for entry in value:
+        if not isinstance(entry, Mapping):
+            errors.append(f"link entry malformed: {entry!r}")
+            continue
         state = entry.get("state")
         if isinstance(state, dict) and is_error(state):
             # InvalidArgument: the link does not exist on this GPU (NVML probes up to 36).
@@ -302,7 +325,7 @@ def _xids(value: Any) -> dict[int, int]:
 
 def _compute_capability(value: Any) -> str:
     major, minor = value
-    return f"{_int(major)}.{_int(minor)}"
+    return f"{_count(major)}.{_count(minor)}"
 
 
 def _gpu(position: int, device: Any, unknowns: _Unknowns) -> GpuReadings:
@@ -320,7 +343,7 @@ def _gpu(position: int, device: Any, unknowns: _Unknowns) -> GpuReadings:
     def read(key: str, what: str, convert: Callable[[Any], T]) -> T | None:
         return unknowns.read(device, key, f"gpu{index}.{what}", convert)
 
-    memory = read("MemoryInfo", "memory", lambda v: (_int(v["total"]), _int(v["used"])))
+    memory = read("MemoryInfo", "memory", lambda v: (_count(v["total"]), _count(v["used"])))
     # Prefer the versioned struct (it carries health); fall back to the legacy call.
     legacy = "GpuFabricInfo" in device and ("GpuFabricInfoV" not in device or is_error(device["GpuFabricInfoV"]))
     fabric_key = "GpuFabricInfo" if legacy else "GpuFabricInfoV"

@@ -84,6 +84,10 @@ def test_a_missing_key_is_unknown_not_a_crash(load_dump_fixture: Load, key: str)
         ("Temperature", 31.5),
         ("XidEvents", ["79"]),
         ("nvlinks", {"state": 1}),
+        ("MemoryInfo", {"total": -1, "used": 0}),
+        ("CudaComputeCapability", [-1, 0]),
+        ("GpuFabricInfoV", {"clusterUuid": [1] * 16, "cliqueId": -5, "state": 3, "status": 0}),
+        ("GpuFabricInfoV", {"clusterUuid": [1] * 16, "cliqueId": 10**40, "state": 3, "status": 0}),
     ],
 )
 def test_malformed_values_are_unknown(load_dump_fixture: Load, key: str, value: Any) -> None:
@@ -154,3 +158,20 @@ def test_cpu_affinity_masks_decode_word_by_word(load_dump_fixture: Load, words: 
     dump["devices"][0]["CpuAffinity"] = words
     status = build_status(parse_dump(dump), now=NOW)
     assert status.gpus[0].cpu_affinity == cpus
+
+
+@pytest.mark.parametrize("entry", [None, "x", 5])
+def test_a_link_entry_that_is_not_an_object_is_one_error_not_a_crash(load_dump_fixture: Load, entry: Any) -> None:
+    dump = load_dump_fixture("hgx-h100-8gpu")
+    dump["devices"][0]["nvlinks"] = [entry]
+    status = build_status(parse_dump(dump), now=NOW)
+    assert len(status.gpus) == 8 and any(u.what == "gpu0.nvlink" for u in status.unknown), status.unknown
+
+
+@pytest.mark.parametrize("uncorrected", [None, 5, "x"])
+def test_an_ecc_table_entry_that_is_not_an_object_is_unknown(load_dump_fixture: Load, uncorrected: Any) -> None:
+    dump = load_dump_fixture("hgx-h100-8gpu")
+    dump["devices"][0]["EccErrors"]["uncorrected"] = uncorrected
+    status = build_status(parse_dump(dump), now=NOW)
+    assert any(u.what.startswith("gpu0.ecc.uncorrected") for u in status.unknown), status.unknown
+    assert len(status.gpus) == 8

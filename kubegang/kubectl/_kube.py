@@ -115,15 +115,24 @@ def read_job(kube: Client, namespace: str, name: str) -> dict[str, Any]:
 
 
 def fetch_extender_snapshot(url: str, tls_dir: Path, timeout: float = 10.0,
-                            token_file: Path | None = None) -> dict[str, Any]:
-    """The extender's ``/debug/snapshot`` over its mTLS listener (``ca.crt``, ``client.crt``/``.key``
-    in ``tls_dir``, as the chart's and the demo's PKI lay them out), with the bearer token in
+                            token_file: Path | None = None, server_name: str | None = None) -> dict[str, Any]:
+    """The extender's ``/debug/snapshot`` over its mTLS listener, with the bearer token in
     ``token_file``: an extender with metrics auth on (the chart's default) also wants one whose user
-    RBAC allows ``get`` on ``/debug/snapshot``."""
-    files = {name: tls_dir / name for name in ("ca.crt", "client.crt", "client.key")}
+    RBAC allows ``get`` on ``/debug/snapshot``.
+
+    ``tls_dir`` holds ``ca.crt`` and the client pair as the demo's PKI names it (``client.crt``/``.key``)
+    or as a ``kubernetes.io/tls`` Secret of the chart does (``tls.crt``/``.key``). ``server_name``: the
+    name the extender's certificate carries (its Service's DNS name), for a URL that reaches it by
+    another name (``kubectl port-forward`` to 127.0.0.1)."""
+    pair = next(((tls_dir / crt, tls_dir / key) for crt, key in (("client.crt", "client.key"), ("tls.crt", "tls.key"))
+                 if (tls_dir / crt).is_file() and (tls_dir / key).is_file()), None)
+    files = {"ca.crt": tls_dir / "ca.crt"}
     missing = [str(p) for p in files.values() if not p.is_file()]
-    if missing:
+    if pair is None:
+        missing.append(f"{tls_dir / 'client.crt'} and {tls_dir / 'client.key'} (or tls.crt and tls.key)")
+    if missing or pair is None:
         raise ClusterError(f"--tls-dir {tls_dir}: missing {', '.join(missing)}")
+    files["client.crt"], files["client.key"] = pair
     headers = {}
     if token_file is not None:
         try:
@@ -133,7 +142,10 @@ def fetch_extender_snapshot(url: str, tls_dir: Path, timeout: float = 10.0,
     context = ssl.create_default_context(cafile=str(files["ca.crt"]))
     context.load_cert_chain(str(files["client.crt"]), str(files["client.key"]))
     try:
-        response = httpx.get(url.rstrip("/") + "/debug/snapshot", verify=context, timeout=timeout, headers=headers)
+        with httpx.Client(verify=context, timeout=timeout) as client:
+            request = client.build_request("GET", url.rstrip("/") + "/debug/snapshot", headers=headers,
+                                           extensions={"sni_hostname": server_name} if server_name else None)
+            response = client.send(request)
         if response.status_code in (401, 403):
             raise ClusterError(
                 f"--extender {url}: /debug/snapshot refused ({response.status_code}: {response.text.strip()}); "

@@ -82,7 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--extender", default=None,
                    help="extender HTTPS URL (mTLS) to include its /debug/snapshot, e.g. https://127.0.0.1:8443")
     s.add_argument("--tls-dir", type=Path, default=None,
-                   help="folder with ca.crt, client.crt and client.key for --extender")
+                   help="folder with ca.crt and client.crt/client.key (or tls.crt/tls.key, as the chart's "
+                        "client Secret holds them) for --extender")
+    s.add_argument("--tls-server-name", default=None,
+                   help="the name the extender's certificate carries (its Service's DNS name), when --extender "
+                        "reaches it by another (kubectl port-forward to 127.0.0.1)")
     s.add_argument("--token-file", type=Path, default=None,
                    help="bearer token for --extender, whose user RBAC allows get on /debug/snapshot "
                         "(needed when the extender checks callers, the chart's default)")
@@ -158,7 +162,8 @@ def _cmd_snapshot_save(args: argparse.Namespace) -> int:
     if args.extender:
         if args.tls_dir is None:
             raise ClusterError("--extender needs --tls-dir (ca.crt, client.crt, client.key)")
-        objects.extender = fetch_extender_snapshot(args.extender, args.tls_dir, token_file=args.token_file)
+        objects.extender = fetch_extender_snapshot(args.extender, args.tls_dir, token_file=args.token_file,
+                                                   server_name=args.tls_server_name)
     objects.save(args.file)
     print(f"saved {len(objects.jobs)} GPUJobs, {len(objects.queues)} GPUQueues, {len(objects.nodes)} nodes, "
           f"{len(objects.pods)} pods{' and the extender snapshot' if objects.extender else ''} to {args.file}")

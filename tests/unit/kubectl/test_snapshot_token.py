@@ -47,3 +47,32 @@ async def test_the_token_file_is_sent_and_refusals_are_explained(tmp_path: Path)
                                     token_file=tmp_path / "missing")
     finally:
         await site.close()
+
+
+async def test_the_chart_secrets_layout_and_a_port_forward_by_another_name(tmp_path: Path) -> None:
+    """The chart's client Secret holds ca.crt, tls.crt, tls.key; its server certificate names only the
+    Service, which a port-forward reaches as 127.0.0.1: --tls-server-name says which name to check."""
+    import shutil
+
+    service = "kg-kubegang-extender.kubegang-system.svc"
+    pki = write_pki(tmp_path / "pki", server_names=[service])
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    shutil.copy(pki.ca_cert, secret / "ca.crt")
+    shutil.copy(pki.ca_cert.parent / "client.crt", secret / "tls.crt")
+    shutil.copy(pki.ca_cert.parent / "client.key", secret / "tls.key")
+    app = build_extender_app(Ledger(), ExtenderMetrics(), serving=SecureServing(), reviews=Reviews())
+    site = await serve(app, "127.0.0.1", 0, server_ssl_context(pki.server_cert, pki.server_key, pki.ca_cert))
+    url = f"https://127.0.0.1:{site.port}"
+    (tmp_path / "ops").write_text("ops")
+    try:
+        with pytest.raises(ClusterError, match="cannot fetch"):  # 127.0.0.1 is not a name it carries
+            await asyncio.to_thread(fetch_extender_snapshot, url, secret, token_file=tmp_path / "ops")
+        data = await asyncio.to_thread(fetch_extender_snapshot, url, secret, token_file=tmp_path / "ops",
+                                       server_name=service)
+        assert "nodes" in data
+        (secret / "tls.key").unlink()
+        with pytest.raises(ClusterError, match=r"missing .*client\.crt.*\(or tls\.crt and tls\.key\)"):
+            await asyncio.to_thread(fetch_extender_snapshot, url, secret, token_file=tmp_path / "ops")
+    finally:
+        await site.close()

@@ -207,3 +207,21 @@ def test_image_pull_secrets_reach_every_workload_the_chart_runs(render: Render) 
     for workload in workloads:
         pod = workload["spec"]["template"]["spec"]
         assert pod.get("imagePullSecrets") == [{"name": "regcred"}], workload["metadata"]["name"]
+
+
+@pytest.mark.parametrize(("sets", "named"), [
+    (("operator.leaderElection=false",), "operator.leaderElection=false with operator.replicas=2"),
+    (("scheduler.leaderElection=false",), "scheduler.leaderElection=false with scheduler.replicas=2"),
+    (("agent.maxUnavailable=0",), "agent.maxUnavailable must be at least 1"),
+])
+def test_values_that_would_render_a_broken_install_are_refused_by_name(
+        run_helm: Any, chart_dir: Any, sets: tuple[str, ...], named: str) -> None:
+    args = [arg for s in sets for arg in ("--set", s)]
+    proc = run_helm("template", "kg", str(chart_dir), *args, check=False)
+    assert proc.returncode != 0 and named in proc.stderr, proc.stderr
+
+
+def test_one_replica_without_leader_election_renders(render: Render) -> None:
+    objects = render("operator.leaderElection=false", "operator.replicas=1")
+    operator = objects.one("Deployment", "-operator")
+    assert operator["spec"]["replicas"] == 1 and "--leader-election=off" in _containers(operator)[0]["args"]

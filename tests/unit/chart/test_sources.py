@@ -62,7 +62,7 @@ def test_scheduler_config_is_the_python_rendering(render: Render) -> None:
 
 
 def test_scheduler_config_follows_leader_election_value(render: Render) -> None:
-    config_map = render("scheduler.leaderElection=false").one("ConfigMap", "-scheduler")
+    config_map = render("scheduler.leaderElection=false", "scheduler.replicas=1").one("ConfigMap", "-scheduler")
     assert yaml.safe_load(config_map["data"]["config.yaml"])["leaderElection"]["leaderElect"] is False
 
 

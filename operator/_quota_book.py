@@ -316,15 +316,15 @@ class QuotaBook:
         if job.uid in self.tree:
             return
         held = dataclasses.replace(job, flavor=self.flavor_of(job))
-        if job.queue not in self.tree.queues:
+        try:
+            self.tree.record(job.uid, job.queue, self.usage_of(held))
+        except KeyError:
             # Its queue was deleted or left out of the tree: the gang keeps running, its quota is not
             # counted until the queue is back (docs/api.md); every other queue admits as usual.
             log.warning("job %s holds GPUs in queue %s, which is not in the quota tree: not counted",
                         job.key, job.queue)
             return
-        try:
-            self.tree.record(job.uid, job.queue, self.usage_of(held))
-        except (ValueError, KeyError) as exc:
+        except ValueError as exc:
             log.error("cannot account job %s in queue %s: %s", job.key, job.queue, exc)
             return
         self._keep(held)

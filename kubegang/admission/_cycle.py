@@ -206,7 +206,7 @@ class AdmissionCycle(Generic[J, P]):
                 try:
                     self.quota.order([job])
                 except Exception as exc:
-                    failed.append(self._failed(job, exc, now))
+                    failed.append(self._failed(job, exc))
                 else:
                     good.append(job)
             try:
@@ -229,7 +229,7 @@ class AdmissionCycle(Generic[J, P]):
                     yield Release(job)
                 except Exception:
                     log.exception("releasing the placement of %s after a failure failed", job.key)
-            return self._failed(job, exc, now)
+            return self._failed(job, exc)
         self._retry_at.pop(job.uid, None)
         return entry
 
@@ -518,12 +518,11 @@ class AdmissionCycle(Generic[J, P]):
         self._retry_at[job.uid] = (job.generation, self.clock() + delay, failures)
         return delay
 
-    def _failed(self, job: J, exc: Exception, now: float) -> Entry[J, P]:
+    def _failed(self, job: J, exc: Exception) -> Entry[J, P]:
         log.error("admission of %s failed: %s", job.key, exc, exc_info=exc)
         generation, _, failures = self._retry_at.get(job.uid, (job.generation, 0.0, 0))
         failures = failures + 1 if generation == job.generation else 1
-        delay = _backoff_seconds(failures)
-        self._retry_at[job.uid] = (job.generation, now + delay, failures)
+        delay = self.back_off(job, failures)
         return Entry(job, AdmitResult.ERROR, WaitReason.ADMISSION_ERROR,
                      f"admission failed ({type(exc).__name__}: {exc}); retrying in {delay:.0f}s")
 

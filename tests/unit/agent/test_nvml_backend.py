@@ -25,6 +25,16 @@ def nvml_error(entry: dict[str, Any]) -> Exception:
     return pynvml.NVMLError(entry["code"]) if "code" in entry else TypeError(entry.get("msg", ""))
 
 
+def _fill_fabric(struct: Any, info: dict[str, Any]) -> int:
+    """Write a dump's fabric info into whichever fabric struct the backend passed (NVML's way)."""
+    for name, *_ in struct._fields_:
+        if name == "clusterUuid":
+            struct.clusterUuid[:] = info["clusterUuid"]
+        elif name in info:
+            setattr(struct, name, info[name])
+    return 0
+
+
 class FakeNvml:
     """Enough of pynvml for NvmlBackend, answering from a dump (errors raised as NVMLError)."""
 
@@ -124,12 +134,7 @@ class FakeNvml:
         struct = ref._obj
         if "healthSummary" not in info and isinstance(struct, pynvml.c_nvmlGpuFabricInfo_v3_t):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
-        for name, *_ in struct._fields_:
-            if name == "clusterUuid":
-                struct.clusterUuid[:] = info["clusterUuid"]
-            elif name in info:
-                setattr(struct, name, info[name])
-        return 0
+        return _fill_fabric(struct, info)
 
     def nvmlDeviceGetTotalEccErrors(self, handle: int, error_type: int, counter_type: int) -> int:
         table = self._dev(handle)["EccErrors"]
@@ -288,13 +293,7 @@ class LegacyFabricNvml(FakeNvml):
     c_nvmlGpuFabricInfo_t = pynvml.c_nvmlGpuFabricInfo_t
 
     def nvmlDeviceGetGpuFabricInfo(self, handle: int, ref: Any) -> int:
-        info, struct = self._dev(handle)["GpuFabricInfoV"], ref._obj
-        for name, *_ in struct._fields_:
-            if name == "clusterUuid":
-                struct.clusterUuid[:] = info["clusterUuid"]
-            elif name in info:
-                setattr(struct, name, info[name])
-        return 0
+        return _fill_fabric(ref._obj, self._dev(handle)["GpuFabricInfoV"])
 
 
 def test_a_driver_without_the_versioned_fabric_call_is_read_by_the_legacy_one(

@@ -405,10 +405,12 @@ class Admission:
         doomed = [p for p in pods if not (keep_finished_pods and p.phase in ("Succeeded", "Failed"))]
         names = {p.name for p in doomed}
         if job.spec.pod_source is not None:
-            # Its controller's pods: a RayCluster is suspended (KubeRay deletes them), a pod group's
-            # pods are deleted (made anew, they wait unpinned). None has a name kubegang chose.
+            # Its controller's pods: a RayCluster is suspended (KubeRay deletes them all, and kubegang
+            # none: see ``SourceBridge.close``), a pod group's pods are deleted (made anew, they wait
+            # unpinned). None has a name kubegang chose.
             try:
-                await self.sources.close(job, keep_finished_pods=keep_finished_pods)
+                if await self.sources.close(job, keep_finished_pods=keep_finished_pods):
+                    names = set()
             except Exception:
                 log.exception("taking the pods of %s away failed", job.key)
         elif not keep_finished_pods:

@@ -397,22 +397,33 @@ class SourceBridge:
         if (rc.get("spec") or {}).get("suspend") is not False:
             await self.kube.patch("RayCluster", job.namespace, source.name, {"spec": {"suspend": False}})
 
-    async def close(self, job: JobView, *, keep_finished_pods: bool = False) -> None:
-        """Take every pod of the source away (requeue, preemption, suspend, finish)."""
+    async def close(self, job: JobView, *, keep_finished_pods: bool = False) -> bool:
+        """Take every pod of the source away (requeue, preemption, suspend, finish); True when the
+        source's own controller deletes them, so the caller must not.
+
+        A RayCluster is only suspended: KubeRay then deletes every pod of it. Deleting its pinned
+        workers as well would race KubeRay, which, before it sees the suspension, makes new workers
+        for the deleted ones; those are deleted a moment later, never seen by its informer, and its
+        worker group then waits for them for 30 s (KubeRay's scale expectations) and reconciles again
+        only at its next periodic requeue (5 min): a cluster preempted and admitted again soon after
+        stayed without workers for minutes.
+        """
         source = job.spec.pod_source
         if source is None:
-            return
+            return False
         if source.kind is PodSourceKind.RAY_CLUSTER:
             if _slice_of(job) is not None:
-                return  # a growth slice takes only its own pods (teardown deletes them); the cluster runs on
-            if (job.namespace, source.name) in self.cache.rayclusters:
-                await self.kube.patch("RayCluster", job.namespace, source.name, {"spec": {"suspend": True}})
-            return
+                return False  # a growth slice takes only its own pods (teardown deletes them); the cluster runs on
+            if (job.namespace, source.name) not in self.cache.rayclusters:
+                return False  # gone: its pods go with it, and whatever is left is deleted by name
+            await self.kube.patch("RayCluster", job.namespace, source.name, {"spec": {"suspend": True}})
+            return True
         pods = self.cache.source_pods.get((job.namespace, source.kind, source.name), {})
         for name, pod in sorted(pods.items()):
             if keep_finished_pods and (pod.get("status") or {}).get("phase") in FINISHED_POD_PHASES:
                 continue
             await self.kube.delete("Pod", job.namespace, name)
+        return False
 
     async def _delete_gone_groups(self, jobs: Mapping[SourceKey, JobView]) -> None:
         now = self.clock()

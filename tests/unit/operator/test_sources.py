@@ -179,10 +179,25 @@ async def test_a_ray_cluster_is_held_suspended_represented_by_its_gpu_workers_an
     await world.admission.sources.sync()
     assert world.kube.patches == []  # admitted: no longer held
 
+    # KubeRay makes the workers; the bridge pins them, and the watch echoes the pins.
+    for i in range(4):
+        world.cache.upsert_source_pod(ray_worker(i))
+    await world.admission.sources.sync()
+    pins = world.pod_pins()
+    assert sorted(pins) == [f"rc-g0-worker-{i}" for i in range(4)]
+    for i in range(4):
+        pod = ray_worker(i)
+        pod["metadata"]["labels"] |= pins[f"rc-g0-worker-{i}"]["metadata"]["labels"]
+        world.see_pod(pod)
     admitted = world.cache.job(job.uid)
-    assert admitted is not None
-    await world.admission.teardown(admitted)  # a preemption or requeue suspends it again
+    assert admitted is not None and len(world.cache.pods_of(job.uid)) == 4
+
+    # A preemption or requeue suspends it again, and leaves every pod to KubeRay: deleting the pinned
+    # workers as well raced KubeRay into making new ones, and its worker group then stalled for minutes.
+    world.kube.patches.clear()
+    await world.admission.teardown(admitted)
     assert ("RayCluster", "team-a", "rc", {"spec": {"suspend": True}}) in world.kube.patches
+    assert [d for d in world.kube.deleted if d[0] == "Pod"] == []
 
 
 async def test_a_ray_cluster_with_different_gpu_counts_per_group_is_refused_by_an_event_on_it() -> None:

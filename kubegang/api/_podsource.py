@@ -73,14 +73,20 @@ def source_job_name(kind: PodSourceKind, name: str) -> str:
 def job_name_of(reference: str) -> str:
     """The GPUJob name a user means: ``raycluster/NAME``, ``podgroup/NAME`` and ``schedulinggroup/NAME``
     name the job that represents that source (``kubectl gang why raycluster/rc``); anything else is a
-    GPUJob's own name."""
-    kind, _, name = reference.partition("/")
+    GPUJob's own name (with ``gpujob/`` or ``gj/`` allowed before it, as kubectl allows). ValueError for
+    any other ``KIND/NAME``, naming the kinds allowed: a GPUJob's name has no ``/``."""
+    kind, slash, name = reference.partition("/")
     kinds = {"raycluster": PodSourceKind.RAY_CLUSTER, "rayclusters": PodSourceKind.RAY_CLUSTER,
              "podgroup": PodSourceKind.POD_GROUP, "podgroups": PodSourceKind.POD_GROUP,
              "schedulinggroup": PodSourceKind.SCHEDULING_GROUP, "schedulinggroups": PodSourceKind.SCHEDULING_GROUP}
-    if name and kind.lower() in kinds:
+    if not slash:
+        return reference
+    if name and "/" not in name and kind.lower() in kinds:
         return source_job_name(kinds[kind.lower()], name)
-    return reference
+    if name and "/" not in name and kind.lower() in ("gpujob", "gpujobs", "gj"):
+        return name
+    raise ValueError(f"{reference!r}: expected a GPUJob name, or gpujob/NAME, raycluster/NAME, podgroup/NAME or "
+                     "schedulinggroup/NAME")
 
 
 def source_selector(kind: PodSourceKind, name: str) -> dict[str, str]:

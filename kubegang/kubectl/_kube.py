@@ -31,6 +31,10 @@ class ClusterError(RuntimeError):
     """The cluster could not be read at all (no kubeconfig, unreachable, a job that does not exist)."""
 
 
+class JobNotFound(ClusterError):
+    """The GPUJob asked about does not exist (exit status 1, as for one missing from a snapshot)."""
+
+
 def client(kubeconfig: str | None = None, context: str | None = None) -> tuple[Client, str]:
     """A client for the user's kubeconfig (``$KUBECONFIG`` or ~/.kube/config), and its default namespace."""
     try:
@@ -108,7 +112,7 @@ def read_job(kube: Client, namespace: str, name: str) -> dict[str, Any]:
         return _dump(kube.get(GPUJob, name, namespace=namespace))
     except ApiError as exc:  # before HTTPError: an ApiError is one
         if exc.status.code == 404:
-            raise ClusterError(f"GPUJob {namespace}/{name} not found") from None
+            raise JobNotFound(f"GPUJob {namespace}/{name} not found") from None
         raise ClusterError(f"reading GPUJob {namespace}/{name} failed: {exc.status.message}") from None
     except httpx2.HTTPError as exc:
         raise ClusterError(f"cannot reach the API server: {exc}") from None

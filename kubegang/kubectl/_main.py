@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kubegang.api import job_name_of
 from kubegang.kubectl._engine import Engine
-from kubegang.kubectl._kube import ClusterError, client, fetch_extender_snapshot, read_cluster, read_job
+from kubegang.kubectl._kube import ClusterError, JobNotFound, client, fetch_extender_snapshot, read_cluster, read_job
 from kubegang.kubectl._nodes import nodes_lines, nodes_report
 from kubegang.kubectl._objects import ClusterObjects, SnapshotFileError
 from kubegang.kubectl._queues import queues_lines, queues_report
@@ -48,6 +48,13 @@ def _output(text: str) -> Output:
                                          f"{', '.join(o.value for o in Output)}") from None
 
 
+def _job_reference(text: str) -> str:
+    try:
+        return job_name_of(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-n", "--namespace", default=None,
@@ -60,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
     p = sub.add_parser("why", parents=[common], help="why a GPUJob is not running, its position, what would change it")
-    p.add_argument("job", type=job_name_of, help="name of the GPUJob, or raycluster/NAME, podgroup/NAME or "
+    p.add_argument("job", type=_job_reference, help="name of the GPUJob, or raycluster/NAME, podgroup/NAME or "
                    "schedulinggroup/NAME for the GPUJob that represents a RayCluster, pod group or native PodGroup")
     p.set_defaults(func=_cmd_why)
     p = sub.add_parser("queues", parents=[common], help="the GPUQueue tree: nominal, usage, borrowed, lent, "
@@ -95,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("snapshot", type=Path, help="file written by `kubectl gang snapshot save`")
     group = p.add_mutually_exclusive_group(required=True)
     group.add_argument("-f", "--filename", type=Path, help="file holding one GPUJob manifest (what-if)")
-    group.add_argument("--why", metavar="JOB", default=None, help="name of a GPUJob in the snapshot (why)")
+    group.add_argument("--why", metavar="JOB", default=None, type=_job_reference,
+                       help="name of a GPUJob in the snapshot, or raycluster/NAME, podgroup/NAME or "
+                            "schedulinggroup/NAME (why)")
     p.set_defaults(func=_cmd_replay)
     return parser
 
@@ -184,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except JobNotFound as exc:
+        print(f"kubectl gang: {exc}", file=sys.stderr)
+        return 1
     except (ClusterError, SnapshotFileError, ManifestError) as exc:
         print(f"kubectl gang: {exc}", file=sys.stderr)
         return 2

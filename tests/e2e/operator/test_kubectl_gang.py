@@ -311,6 +311,10 @@ def test_snapshot_save_then_replay_answers_as_the_live_cluster(ops: Any, tmp_pat
                                   "-o", "json").stdout)
         online = json.loads(gang(ops, "what-if", "-f", str(manifest), "-n", ops.namespace, "-o", "json").stdout)
         assert offline["nextCycle"] == online["nextCycle"]
+        # A job that does not exist is exit status 1, live and replayed alike (2 is bad input).
+        for args in (("why", "nope"), ("replay", str(snapshot), "--why", "nope")):
+            missing = gang(ops, *args, "-n", ops.namespace, check=False)
+            assert missing.returncode == 1 and f"GPUJob {ops.namespace}/nope" in missing.stderr, missing
         # A bad --tls-dir is named, not a traceback.
         bad = gang(ops, "snapshot", "save", str(tmp_path / "x.json"), "--extender", url, "--tls-dir",
                    str(tmp_path), check=False)

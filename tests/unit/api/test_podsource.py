@@ -60,8 +60,11 @@ def test_which_source_a_pod_belongs_to_and_the_job_that_represents_it() -> None:
     long = source_job_name(PodSourceKind.POD_GROUP, "x" * 300)
     assert len(long) == 253 and long != source_job_name(PodSourceKind.POD_GROUP, "x" * 299)
     assert job_name_of("raycluster/rc") == "raycluster-rc" == job_name_of("rayclusters/rc")
+    assert job_name_of("gpujob/train") == "train" == job_name_of("train")
+    with pytest.raises(ValueError, match="'deployment/rc': expected a GPUJob name"):
+        job_name_of("deployment/rc")
     assert job_name_of("podgroup/workers") == "podgroup-workers"
-    assert job_name_of("pretrain") == "pretrain" and job_name_of("team/x") == "team/x"
+    assert job_name_of("pretrain") == "pretrain"
 
 
 def test_the_preferred_topology_annotation_is_read_and_a_bad_one_is_named() -> None:

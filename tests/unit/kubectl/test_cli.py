@@ -55,6 +55,18 @@ def test_replay_answers_why_and_what_if_from_a_saved_snapshot(tmp_path: Path,
     assert "What if GPUJob a/try were submitted now" in out and "Next cycle: would be admitted" in out
 
 
+def test_replay_why_takes_a_source_name_as_the_live_command_does(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    objects = cluster(job("raycluster-rc", "a", "team-a", 4))
+    path = tmp_path / "snap.json"
+    objects.save(path)
+    assert main(["replay", str(path), "--why", "raycluster/rc", "-n", "a", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["job"] == "a/raycluster-rc"
+    with pytest.raises(SystemExit) as exit_:
+        main(["replay", str(path), "--why", "deployment/rc"])
+    assert exit_.value.code == 2 and "deployment" in capsys.readouterr().err
+
+
 def test_replay_of_a_missing_job_and_of_a_bad_file_say_which(tmp_path: Path,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     path = _saved(tmp_path)

@@ -328,21 +328,27 @@ class LedgerState:
         }
 
     def gpu_totals(self) -> dict[str, dict[str, int]]:
-        """Per product: whole GPUs ``bound`` (pods), ``reserved`` (reservations) and ``free``."""
+        """Per product, each GPU once: ``free`` (nothing on it), else ``bound`` (a pod holds some or all
+        of it), else ``reserved`` (only reservations do); the three add up to the GPUs there are.
+
+        Counted per GPU, not per allocation: two pods sharing one GPU would count it twice (a 2-GPU
+        node read 2 bound and 1 free)."""
         snap = self._current()
         out: dict[str, dict[str, int]] = {}
         reserved_slots = {(job, i) for job, r in self._reservations.items() for i in r.held}
+        held: dict[tuple[str, int], str] = {}
+        for a in snap.allocations():
+            state = "reserved" if (a.owner, a.pod) in reserved_slots else "bound"
+            for gpu in a.gpus:
+                if held.get((a.node, gpu)) != "bound":
+                    held[(a.node, gpu)] = state
         for n, info in enumerate(self._topology.nodes):
             for p, g in enumerate(info.gpus):
                 row = out.setdefault(g.product or "unknown", {"bound": 0, "reserved": 0, "free": 0})
                 if snap.gpu_milli[n][p] == MILLI:
                     row["free"] += 1
-        for a in snap.allocations():
-            product = self._topology.nodes[self._topology.node_number[a.node]].gpus
-            names = {g.index: g.product or "unknown" for g in product}
-            state = "reserved" if (a.owner, a.pod) in reserved_slots else "bound"
-            for gpu in a.gpus:
-                out.setdefault(names.get(gpu, "unknown"), {"bound": 0, "reserved": 0, "free": 0})[state] += 1
+                else:
+                    row[held.get((info.name, g.index), "bound")] += 1
         return out
 
     @property

@@ -470,8 +470,11 @@ class Admission:
         counts: dict[str, int] = {name: 0 for name in self.cache.queues}
         for job in pending:
             counts[job.queue] = counts.get(job.queue, 0) + 1
-        for queue, count in counts.items():
-            metrics.QUEUE_PENDING_JOBS.labels(queue).set(count)
+        metrics.QUEUE_PENDING_JOBS.export(counts)
+        for queue in self.cache.queues:
+            # At 0 before the queue's first admission: a counter that appears at 1 shows no increase(),
+            # and KubegangQueueStarving would read a queue that just admitted as one that did not.
+            metrics.JOBS_ADMITTED.labels(queue)
 
 
 def _admitted_message(job: JobView, placement: Placement) -> str:

@@ -108,7 +108,12 @@ def queue_status(cache: ClusterCache, quota: QuotaPort,
             "fairShare": round(u.fair_share, 6) if u else 0.0,
             **_standing(body, quota.left_out.get(name), (written or {}).get(name)),
         }
-        metrics.QUEUE_ADMITTED_JOBS.labels(name).set(admitted[name])
+    # The metric counts each queue's own jobs, as kubegang_queue_pending_jobs does (a sum over queues
+    # counts every job once); the status above counts a parent's whole subtree.
+    own: dict[str, int] = dict.fromkeys(cache.queues, 0)
+    for job in cache.holding():
+        own[job.queue] = own.get(job.queue, 0) + 1
+    metrics.QUEUE_ADMITTED_JOBS.export(own)
     return out
 
 

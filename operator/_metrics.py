@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -14,12 +16,33 @@ ADMISSION_STEP_SECONDS = Histogram(
     registry=REGISTRY,
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
-QUEUE_PENDING_JOBS = Gauge(
+
+
+class PerQueue:
+    """A gauge with one series per GPUQueue, whose series go with their queue.
+
+    A deleted queue's last value would otherwise stay until the operator restarts, and an alert on it
+    (``KubegangQueueStarving`` on pending jobs) would fire for ever."""
+
+    def __init__(self, gauge: Gauge) -> None:
+        self.gauge = gauge
+        self._names: set[str] = set()
+
+    def export(self, counts: Mapping[str, int]) -> None:
+        """Set one series per queue of ``counts``; remove the series of queues no longer in it."""
+        for name in self._names - counts.keys():
+            self.gauge.remove(name)
+        for name, count in counts.items():
+            self.gauge.labels(name).set(count)
+        self._names = set(counts)
+
+
+QUEUE_PENDING_JOBS = PerQueue(Gauge(
     "kubegang_queue_pending_jobs", "Jobs waiting for admission per leaf queue.", ["queue"], registry=REGISTRY
-)
-QUEUE_ADMITTED_JOBS = Gauge(
+))
+QUEUE_ADMITTED_JOBS = PerQueue(Gauge(
     "kubegang_queue_admitted_jobs", "Jobs holding quota per leaf queue.", ["queue"], registry=REGISTRY
-)
+))
 JOBS_ADMITTED = Counter("kubegang_jobs_admitted_total", "Gangs admitted.", ["queue"], registry=REGISTRY)
 JOBS_PREEMPTED = Counter("kubegang_jobs_preempted_total", "Gangs evicted whole.", ["queue"], registry=REGISTRY)
 GANG_REPAIRS = Counter(

@@ -121,6 +121,34 @@ def test_promtool_accepts_the_rendered_prometheus_rule(promtool: str, render: Re
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_every_alert_fires_on_what_it_watches_and_only_then(promtool: str) -> None:
+    """``promtool test rules`` over alerts-test.yaml: the first event of a counter series (a GPU's first
+    XID, the first gang timeout), no operator reporting at all, a caller's bad requests against the
+    extender's own errors, a queue that admits late."""
+    cases = Path(__file__).with_name("alerts-test.yaml")
+    proc = subprocess.run([promtool, "test", "rules", cases.name], capture_output=True, text=True, timeout=60,
+                          cwd=cases.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "SUCCESS" in proc.stdout
+
+
+def test_the_alerts_job_names_do_not_depend_on_the_release_name(render: Render) -> None:
+    """Prometheus Operator names a target's job after its Service unless ``jobLabel`` says otherwise;
+    with ``fullnameOverride`` the Services are not ``*kubegang-extender*`` and KubegangExtenderDown
+    fired for ever. The alerts match ``kubegang-<component>``."""
+    rendered = render("fullnameOverride=gpu-gang", "serviceMonitor.enabled=true")
+    monitor = rendered.one("ServiceMonitor", "gpu-gang")
+    label = monitor["spec"]["jobLabel"]
+    scraped = [s for s in rendered.kind("Service")
+               if any(p.get("name") == "metrics" for p in s["spec"]["ports"])]
+    assert {s["metadata"]["labels"].get(label) for s in scraped} == \
+        {"kubegang-extender", "kubegang-agent", "kubegang-operator"}
+    assert all(s["metadata"]["name"].startswith("gpu-gang-") for s in scraped)
+    for _, query in rule_queries():
+        for job in re.findall(r'job=~"([^"]+)"', query):
+            assert any(re.fullmatch(job, f"kubegang-{c}") for c in ("extender", "agent", "operator")), job
+
+
 def test_promtool_refuses_a_broken_rule(promtool: str, tmp_path: Path) -> None:
     """The check above can fail: promtool rejects what is not PromQL."""
     broken = {"groups": [{"name": "x", "rules": [{"alert": "Broken", "expr": "sum by (queue (kubegang_x"}]}]}

@@ -559,6 +559,17 @@ def test_a_shared_gpu_pod_holds_its_share_and_whole_gpu_pods_never_land_on_that_
     assert free(ledger)["n0"] == 8
 
 
+def test_gpu_totals_count_a_shared_gpu_once() -> None:
+    """The dashboard's "GPUs in the ledger" adds bound, reserved and free: two pods sharing one GPU
+    made a node of 8 read 9."""
+    ledger = make(1)
+    ledger.upsert_pod(_shared_pod("s0", "n0", 0, 500, "job-a"))
+    ledger.upsert_pod(_shared_pod("s1", "n0", 0, 500, "job-b"))
+    ledger.upsert_pod(_shared_pod("s2", "n0", 1, 250, "job-c"))
+    (totals,) = ledger.gpu_totals().values()
+    assert totals == {"bound": 2, "reserved": 0, "free": 6}
+
+
 def test_a_share_annotation_without_a_planned_gpu_is_refused_with_the_annotation_named() -> None:
     body = pod("s1", 0, pinned="n0", job="j", index=0)
     body["metadata"]["annotations"]["kubegang.io/gpu-milli"] = "250"

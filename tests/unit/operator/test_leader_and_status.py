@@ -35,6 +35,41 @@ async def test_queue_status_counts_pending_and_admitted_up_the_tree(job_body: An
     assert status["team-a"]["usedGPUs"] == 16 and status["team-a"]["borrowed"] == []
 
 
+async def test_queue_metrics_count_each_queues_own_jobs_and_go_with_a_deleted_queue(
+        job_body: Any, make_world: Any) -> None:
+    from kubegang.operator._metrics import REGISTRY
+
+    def sample(name: str, queue: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {"queue": queue})
+
+    w = make_world({}, {f"node-{i}": 8 for i in range(4)},
+                   queues=[gpu_queue("org-m"), gpu_queue("team-m", 16, "org-m")])
+    # Before the queue's first admission its counter is there at 0: an alert's increase() then sees the
+    # first admission (a counter that appears at 1 shows none).
+    await w.cycle()
+    assert sample("kubegang_jobs_admitted_total", "team-m") == 0.0
+    w.submit(job_body("one", queue="team-m", replicas=2, gpus=8, created="2025-01-01T00:00:00Z"))
+    w.submit(job_body("two", queue="team-m", replicas=2, gpus=8, created="2025-01-01T00:00:01Z"))
+    await w.cycle()
+    queue_status(w.cache, w.quota)
+    assert sample("kubegang_jobs_admitted_total", "team-m") == 1.0
+    # Per queue, its own jobs: the parent holds none of its own (a sum over queues counts each job once).
+    assert (sample("kubegang_queue_admitted_jobs", "team-m"), sample("kubegang_queue_admitted_jobs", "org-m")) \
+        == (1.0, 0.0)
+    await w.cycle()  # the pending gauge is the count a cycle starts from
+    assert sample("kubegang_queue_pending_jobs", "team-m") == 1.0
+
+    # The queue is deleted: its series go (a last value kept would fire KubegangQueueStarving for ever).
+    w.cache.remove_queue("team-m")
+    w.cache.remove_queue("org-m")
+    for uid in [j.uid for j in w.cache.all_jobs()]:
+        w.cache.remove_job(uid)
+    await w.cycle()
+    queue_status(w.cache, w.quota)
+    assert sample("kubegang_queue_pending_jobs", "team-m") is None
+    assert sample("kubegang_queue_admitted_jobs", "team-m") is None
+
+
 async def test_status_writes_are_counted_by_what_they_carry(job_body: Any, make_world: Any) -> None:
     from kubegang.operator._metrics import REGISTRY
     from kubegang.operator._status_writer import StatusChange, status_change

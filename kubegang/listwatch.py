@@ -36,6 +36,8 @@ LIST_PAGE_SIZE = 500
 """Objects per list page."""
 NOT_SERVED_RETRY_SECONDS = 5.0
 """How often a collection the API server does not serve (404) is asked for again."""
+QUICK_CLOSE_SECONDS = 1.0
+"""A watch that ends sooner than this having delivered nothing is retried after a backoff, as a failure."""
 
 Sink = Callable[[str, dict[str, Any]], None]
 """Where events go: ``(type, object)`` with type ``ADDED``, ``MODIFIED`` or ``DELETED``. A deletion
@@ -146,6 +148,8 @@ class Reflector:
     restarted: Restarted | None = None
     not_served_retry_seconds: float = NOT_SERVED_RETRY_SECONDS
     known: dict[str, dict[str, Any]] = field(default_factory=dict)
+    resume_from: str = ""
+    """The last resourceVersion the current watch delivered (events and bookmarks)."""
 
     def apply(self, kind: str, obj: dict[str, Any]) -> None:
         """One event: remember it, then hand it on. A sink that fails on one object is logged and
@@ -199,18 +203,32 @@ class Reflector:
                 new_rv = str((obj.get("metadata") or {}).get("resourceVersion", "")) or rv
                 if kind != "BOOKMARK":
                     self.apply(str(kind), obj)
-                rv = new_rv
+                rv = self.resume_from = new_rv
         return rv
 
     async def follow(self, rv: str) -> None:
         """Watch forever from ``rv``: reconnect on end or error (jittered backoff), relist on 410 Gone."""
         backoff = self.backoff()
         name = self.collection.name
+        loop = asyncio.get_running_loop()
         while True:
+            # Where a broken stream resumes: the last version it delivered, not the one it started
+            # from (which would replay every event since, and may have been compacted away: a 410 and
+            # a full relist).
+            self.resume_from = rv
+            started = loop.time()
             try:
-                rv = await self.watch_once(rv)
+                ended = await self.watch_once(rv)
                 self._restarted("closed")
-                backoff.reset()  # a stream that ended normally: reconnect at once
+                if ended == rv and loop.time() - started < QUICK_CLOSE_SECONDS:
+                    # Closed at once with nothing in it (a proxy or an API server shutting down):
+                    # reconnecting at once would spin, so back off as after an error (client-go does).
+                    delay = backoff.next_delay()
+                    log.warning("watch on %s closed at once; retrying in %.1fs", name, delay)
+                    await asyncio.sleep(delay)
+                else:
+                    backoff.reset()  # a stream that ended normally: reconnect at once
+                rv = ended
             except Gone:
                 log.info("watch on %s: resourceVersion %s expired; relisting", name, rv)
                 self._restarted("gone")
@@ -221,12 +239,14 @@ class Reflector:
                 self._restarted("error")
                 rv = await self.synced()
             except (httpx2.HTTPError, json.JSONDecodeError, OSError) as exc:
+                rv = self.resume_from
                 delay = backoff.next_delay()
                 log.warning("watch on %s failed (%s); retrying in %.1fs", name, exc, delay)
                 self._restarted("error")
                 await asyncio.sleep(delay)
             except Exception:
                 # A bug must not stop the cache from following the cluster: log it loudly, go on.
+                rv = self.resume_from
                 delay = backoff.next_delay()
                 log.exception("watch on %s: unexpected error; retrying in %.1fs", name, delay)
                 self._restarted("error")
@@ -256,6 +276,13 @@ class Reflector:
             except (httpx2.HTTPError, json.JSONDecodeError, OSError) as exc:
                 delay = backoff.next_delay()
                 log.warning("list of %s failed (%s); retrying in %.1fs", self.collection.name, exc, delay)
+                await asyncio.sleep(delay)
+            except Exception:
+                # Anything else (a credential plugin failing, a body that is not a list) is retried
+                # too: ending here ended the whole feed, and a replica waiting for its first lists
+                # then held the Lease and admitted nothing, for ever.
+                delay = backoff.next_delay()
+                log.exception("list of %s failed; retrying in %.1fs", self.collection.name, delay)
                 await asyncio.sleep(delay)
 
     async def first_list(self) -> str:

@@ -69,3 +69,76 @@ async def test_a_404_is_not_served_only_for_an_optional_collection() -> None:
         await list_collection(client, Collection("rayclusters", "/apis/ray.io/v1/rayclusters", optional=True))
     with pytest.raises(httpx2.HTTPStatusError):
         await list_collection(client, Collection("nodes", "/api/v1/nodes", name_of))
+
+
+def _fast() -> Any:
+    from kubegang.backoff import Backoff
+    return Backoff(initial_seconds=0.05, max_seconds=0.05)
+
+
+async def test_a_list_failing_for_any_reason_is_retried_not_the_end_of_the_feed() -> None:
+    """A body that is not a list (or a credential plugin failing) used to end the whole feed: a replica
+    waiting for its first lists then held the Lease and admitted nothing, for ever."""
+    answers = [httpx2.Response(200, json=[]), httpx2.Response(200, json={"items": [_node("a")],
+                                                                         "metadata": {"resourceVersion": "7"}})]
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return answers.pop(0)
+
+    sent: list[str] = []
+    reflector = Reflector(_client(handler), Collection("nodes", "/api/v1/nodes", name_of),
+                          lambda kind, obj: sent.append(name_of(obj)), backoff=_fast)
+    assert await reflector.synced() == "7"
+    assert sent == ["a"] and answers == []
+
+
+class _Reset(httpx2.AsyncByteStream):
+    """One event, then the connection is reset."""
+
+    def __init__(self, event: dict[str, Any]) -> None:
+        self.event = event
+
+    async def __aiter__(self) -> Any:
+        yield json.dumps(self.event).encode() + b"\n"
+        raise httpx2.ReadError("connection reset")
+
+
+async def test_a_watch_broken_mid_stream_resumes_from_the_last_version_it_delivered() -> None:
+    import asyncio
+
+    versions: list[str] = []
+    done = asyncio.Event()
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        versions.append(request.url.params["resourceVersion"])
+        if len(versions) == 1:
+            return httpx2.Response(200, stream=_Reset({"type": "MODIFIED", "object": _node("a", "12")}))
+        done.set()
+        return httpx2.Response(200, content=b"")
+
+    reflector = Reflector(_client(handler), Collection("nodes", "/api/v1/nodes", name_of),
+                          lambda kind, obj: None, backoff=_fast)
+    task = asyncio.create_task(reflector.follow("11"))
+    await asyncio.wait_for(done.wait(), 5)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert versions[:2] == ["11", "12"]  # was ["11", "11"]: every event since replayed
+
+
+async def test_a_watch_that_closes_at_once_with_nothing_in_it_is_retried_after_a_backoff() -> None:
+    import asyncio
+
+    watches = 0
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        nonlocal watches
+        watches += 1
+        return httpx2.Response(200, content=b"")
+
+    reflector = Reflector(_client(handler), Collection("nodes", "/api/v1/nodes", name_of),
+                          lambda kind, obj: None, backoff=_fast)
+    task = asyncio.create_task(reflector.follow("11"))
+    await asyncio.sleep(0.5)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert 2 <= watches <= 50  # about 0.05 s apart (jittered); reconnecting at once made thousands a second

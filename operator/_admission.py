@@ -49,7 +49,7 @@ from kubegang.admission import (
 )
 from kubegang.api import GPUJobStatus, Placement
 from kubegang.operator import _metrics as metrics
-from kubegang.operator._cache import ClusterCache
+from kubegang.operator._cache import HOLDING_PHASES, ClusterCache
 from kubegang.operator._conditions import (
     CondType,
     Phase,
@@ -145,6 +145,8 @@ class Admission:
         """UIDs of jobs holding a backfill reservation (announced once, by an Event)."""
         self.sources = SourceBridge(cache, kube)
         """RayClusters and pod groups, represented by GPUJobs with ``spec.podSource`` (``_sources``)."""
+        self._changed = cache.changes()
+        """Jobs changed since the last cycle: any of them that holds an admission is counted (``_count_holding``)."""
 
     # -- housekeeping before a cycle -------------------------------------------------------------
     def sync_queues(self) -> list[str]:
@@ -162,6 +164,18 @@ class Admission:
         self.cache.queues_changed = False
         self.cycle.tree_changed()
         return problems
+
+    def _count_holding(self) -> None:
+        """Count the quota of every changed job that holds an admission the book does not count.
+
+        The API is the truth. An admission write that timed out after the API server had applied it
+        is undone here (its quota released), then comes back through the watch as Admitted, and the
+        supervisor finishes that gang: uncounted, a second gang was admitted onto the same quota."""
+        for uid in self._changed.take():
+            job = self.cache.job(uid)
+            if job is not None and job.phase in HOLDING_PHASES and self.quota.record(job):
+                log.warning("%s holds an admission the quota book did not count (a write whose answer was "
+                            "lost?): counted now", job.key)
 
     async def release_deleted(self) -> None:
         """Give back the reservation and quota of jobs deleted since the last cycle."""
@@ -211,6 +225,7 @@ class Admission:
         if self.cache.queues_changed:
             self.sync_queues()
         await self.release_deleted()
+        self._count_holding()
         pending = self.cache.pending()
         self._export_queue_gauges(pending)
         entries = await run_async(
@@ -392,8 +407,16 @@ class Admission:
         self.cache.assume(job, patch)
         try:
             await self.writer.write(job, patch)
-        except Exception:
-            log.exception("could not reset the status of %s after a failed admission", job.key)
+        except Exception as exc:
+            self._write_again(job, patch, "the requeue after a failed admission", exc)
+
+    def _write_again(self, job: JobView, patch: dict[str, Any], what: str, error: Exception) -> None:
+        """A gang already torn down whose status write failed: the API still says it holds. Send it once
+        more in the background lane. Were the assumption simply kept, the API's Admitted would stand
+        for ever (an extender or a new leader would hold its GPUs again); if the second write fails too,
+        the assumption goes (``on_lost``), and the API's admission is counted and finished again."""
+        log.warning("writing %s of %s failed (%s); writing it again in the background", what, job.key, error)
+        self.writer.later(job, patch)
 
     async def teardown(self, job: JobView, *, keep_finished_pods: bool = False) -> None:
         """Delete the gang's pods (all at once) and release its reservation and quota."""
@@ -437,7 +460,10 @@ class Admission:
         )
         status.update(NOT_ADMITTED)
         self.cache.assume(victim, status)
-        await self.writer.write(victim, status)
+        try:
+            await self.writer.write(victim, status)
+        except Exception as exc:
+            self._write_again(victim, status, "the eviction", exc)
         self.notify(victim, "Preempted", message, warning=True)
         metrics.JOBS_PREEMPTED.labels(victim.queue).inc()
         log.info("evicted %s: %s", victim.key, message)

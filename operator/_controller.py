@@ -247,5 +247,11 @@ class Controller:
         for name, status in queue_status(self.cache, self.admission.quota, self._written).items():
             if self._written.get(name) == status:
                 continue
-            await self.kube.patch_queue_status(name, status)
+            try:
+                await self.kube.patch_queue_status(name, status)
+            except Exception as exc:
+                # One queue's refused write (a webhook, a conflict) must not starve the queues after it;
+                # it is not recorded as written, so the next pass tries it again.
+                log.warning("writing the status of GPUQueue %s failed: %s", name, exc)
+                continue
             self._written[name] = status

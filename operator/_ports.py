@@ -45,8 +45,9 @@ class QuotaPort(CycleQuotaPort[JobView], Protocol):
         """Replace the tree with these GPUQueue objects; return the problems found (empty if valid)."""
         ...
 
-    def record(self, job: JobView) -> None:
-        """Account a job that already holds an admission, without checking limits (rebuilds)."""
+    def record(self, job: JobView) -> bool:
+        """Account a job that already holds an admission, without checking limits (rebuilds); True
+        when it was not counted before."""
         ...
 
     def usage(self) -> Mapping[str, QueueUsage]:

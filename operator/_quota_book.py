@@ -312,9 +312,9 @@ class QuotaBook:
             self._keep(held)
         return verdict
 
-    def record(self, job: JobView) -> None:
+    def record(self, job: JobView) -> bool:
         if job.uid in self.tree:
-            return
+            return False
         held = dataclasses.replace(job, flavor=self.flavor_of(job))
         try:
             self.tree.record(job.uid, job.queue, self.usage_of(held))
@@ -323,11 +323,12 @@ class QuotaBook:
             # counted until the queue is back (docs/api.md); every other queue admits as usual.
             log.warning("job %s holds GPUs in queue %s, which is not in the quota tree: not counted",
                         job.key, job.queue)
-            return
+            return False
         except ValueError as exc:
             log.error("cannot account job %s in queue %s: %s", job.key, job.queue, exc)
-            return
+            return False
         self._keep(held)
+        return True
 
     def _keep(self, held: JobView) -> None:
         assert held.flavor is not None

@@ -125,6 +125,28 @@ async def test_queue_status_is_written_at_most_every_interval_and_the_last_chang
     assert len(writes) == first + 1 and writes[-1][0] == "team-a" and writes[-1][1] != writes[0][1]
 
 
+async def test_one_queue_whose_status_write_fails_does_not_starve_the_others(make_world: Any) -> None:
+    from kubegang.operator._controller import Controller
+    from kubegang.restclient import ApiStatusError
+
+    w = make_world({}, {"node-0": 8}, queues=[gpu_queue("a-first", 8), gpu_queue("b-second", 8)])
+    written: list[str] = []
+    real = w.kube.patch_queue_status
+
+    async def refuse_the_first(name: str, patch: Any) -> None:
+        if name == "a-first":
+            raise ApiStatusError(422, "Invalid", "a webhook refused it")
+        written.append(name)
+        await real(name, patch)
+
+    w.kube.patch_queue_status = refuse_the_first
+    controller = Controller(w.cache, w.admission, leadership=None, kube=w.kube)  # type: ignore[arg-type]
+    await w.cycle()
+    await controller.write_queue_status()
+    assert written == ["b-second"]
+    assert "a-first" not in controller._written  # tried again next pass
+
+
 async def test_queue_status_says_which_queues_are_in_the_tree_and_keeps_the_transition_time(
         job_body: Any, make_world: Any) -> None:
     queues = [gpu_queue("org"), gpu_queue("team-a", 16, "org"), gpu_queue("loop-a", 8, "loop-b"),

@@ -7,15 +7,18 @@ is good at stays lightkube's: the kubeconfig (contexts, in-cluster service accou
 certificates, exec plugins) is read by it, and its authentication flows are asked for the
 ``Authorization`` header, which is kept for ``AUTH_REFRESH_SECONDS`` and asked again after a 401.
 Bodies are plain dicts in and out; an answer that is not 2xx raises ``ApiStatusError`` with the
-``Status`` the API server sent.
+``Status`` the API server sent. An answer that asks to be retried (429, or a 5xx with ``Retry-After``:
+client-go's rule, which is also what says the server did not act on the request) is sent again after
+the time it names, at most ``RETRIES`` times; ``before_retry`` may refuse (a leader past its deadline).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -25,6 +28,11 @@ AUTH_REFRESH_SECONDS = 60.0
 """How long an Authorization header is reused before lightkube's flow is asked again (projected
 service-account tokens rotate within the hour; exec credentials say their own expiry, and a 401 asks
 at once)."""
+
+RETRIES = 3
+"""Retries of one request the API server asked to be retried (priority and fairness sheds load with 429)."""
+RETRY_AFTER_CAP_SECONDS = 5.0
+"""The longest ``Retry-After`` waited for before a retry (the server's own answer is 1 s)."""
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON = "application/json"
@@ -90,11 +98,15 @@ class RestClient:
         return self._session
 
     async def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, *,
-                      content_type: str = JSON, accept: str = JSON) -> dict[str, Any]:
+                      content_type: str = JSON, accept: str = JSON,
+                      before_retry: Callable[[], None] | None = None) -> dict[str, Any]:
         """Send ``body`` (JSON) to ``path``; the decoded answer, or ``ApiStatusError``. ``accept`` may
-        ask for another JSON form of the answer (``METADATA_LIST``)."""
+        ask for another JSON form of the answer (``METADATA_LIST``). ``before_retry`` is called before
+        a request the server asked to be retried is sent again, and may raise to stop."""
         data = None if body is None else json.dumps(body, separators=(",", ":"))
-        for attempt in (1, 2):
+        asked_again = False
+        retries = 0
+        while True:
             headers = {"Accept": accept}
             if data is not None:
                 headers["Content-Type"] = content_type
@@ -104,8 +116,16 @@ class RestClient:
             async with self._open().request(method, self.server + path, data=data, headers=headers) as answer:
                 raw = await answer.read()
                 status = answer.status
-            if status == 401 and attempt == 1:
+                wait = _retry_after(status, answer.headers.get("Retry-After"))
+            if status == 401 and not asked_again:
+                asked_again = True
                 self._auth.forget()  # a rotated token or an expired exec credential: ask again, once
+                continue
+            if wait is not None and retries < RETRIES:
+                retries += 1
+                await asyncio.sleep(wait)
+                if before_retry is not None:
+                    before_retry()
                 continue
             break
         decoded = _decode(raw)
@@ -118,6 +138,18 @@ class RestClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _retry_after(status: int, header: str | None) -> float | None:
+    """Seconds to wait before sending again a request the server answered so (client-go's rule: 429 or
+    a 5xx that carries ``Retry-After``, which says it did not act on it); None: not to be retried."""
+    if header is None or not (status == 429 or status >= 500):
+        return None
+    try:
+        seconds = float(header)
+    except ValueError:
+        seconds = 1.0  # an HTTP date: rare from the API server; a second is its usual answer
+    return min(max(seconds, 0.0), RETRY_AFTER_CAP_SECONDS)
 
 
 def _decode(raw: bytes) -> dict[str, Any]:

@@ -157,17 +157,22 @@ class KubeApi:
     async def _post(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         namespace = str((manifest.get("metadata") or {}).get("namespace") or "")
         path = object_path(str(manifest.get("kind")), namespace) + f"?fieldManager={FIELD_MANAGER}"
-        return await self.client.request("POST", path, manifest)
+        return await self.client.request("POST", path, manifest, before_retry=self._retry_fenced)
 
     async def _merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         return await self.client.request("PATCH", path + f"?fieldManager={FIELD_MANAGER}", body,
-                                         content_type=MERGE_PATCH)
+                                         content_type=MERGE_PATCH, before_retry=self._retry_fenced)
+
+    def _retry_fenced(self) -> None:
+        """A write the API server asked to be sent again goes only while this replica may still write."""
+        self._fenced("a retried write")
 
     async def delete(self, kind: str, namespace: str, name: str) -> None:
         await self.limiter.acquire()
         async with self._sending(f"delete {kind} {namespace}/{name}"):
             try:
-                await self.client.request("DELETE", object_path(kind, namespace, name))
+                await self.client.request("DELETE", object_path(kind, namespace, name),
+                                          before_retry=self._retry_fenced)
             except ApiStatusError as exc:
                 if exc.code != 404:
                     raise

@@ -25,6 +25,8 @@ class Server:
         self.seen: list[tuple[str, str, str, str | None, Any]] = []
         self.answers: dict[str, tuple[int, dict[str, Any]]] = {}
         self.valid_token = "t1"
+        self.shed: list[tuple[int, str | None]] = []
+        """Answers given before any other, one per request: (status, Retry-After) (load shedding)."""
 
     async def handle(self, request: web.Request) -> web.Response:
         raw = await request.read()
@@ -33,6 +35,10 @@ class Server:
                           request.headers.get("Authorization"), body))
         if request.headers.get("Authorization") != f"Bearer {self.valid_token}":
             return web.json_response({"kind": "Status", "reason": "Unauthorized", "message": "token"}, status=401)
+        if self.shed:
+            code, after = self.shed.pop(0)
+            return web.json_response({"kind": "Status", "reason": "TooManyRequests", "message": "shed"}, status=code,
+                                     headers={"Retry-After": after} if after is not None else None)
         status, answer = self.answers.get(request.path, (200, body or {}))
         return web.json_response(answer, status=status)
 
@@ -162,3 +168,37 @@ async def test_a_kubeconfig_gives_the_server_and_the_users_token(tmp_path: Any) 
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "clusters": [], "users": [], "contexts": []}))
     with pytest.raises(ValueError, match="kubeconfig"):
         rest_client(str(path), timeout_seconds=5, limit=2)
+
+
+async def test_a_write_the_server_asks_to_retry_is_sent_again_while_the_replica_may_write(served: Any) -> None:
+    """client-go's rule: 429, or a 5xx with Retry-After, means the server did not act on it. One shed
+    request used to tear down a whole gang's creation."""
+    server, client, _ = served
+    allowed = True
+    kube = KubeApi(client, RateLimiter(1000, 1000), fence=lambda: allowed)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"}}
+    server.shed = [(429, "0"), (503, "0")]
+    assert await kube.create(pod) is True
+    assert [m for m, *_ in server.seen] == ["POST", "POST", "POST"]
+    # A 5xx without Retry-After may have been acted on: its error is the answer.
+    server.shed = [(500, None)]
+    with pytest.raises(ApiStatusError) as raised:
+        await kube.create(pod)
+    assert raised.value.code == 500
+    # At most RETRIES retries, then the 429 is the answer.
+    from kubegang.restclient import RETRIES
+    server.shed = [(429, "0")] * (RETRIES + 1)
+    with pytest.raises(ApiStatusError, match="429"):
+        await kube.delete("Pod", "team-a", "p")
+    # A replica past its renew deadline sends no retry.
+    from kubegang.operator._kube import NotLeading
+    server.seen.clear()
+    server.shed = [(429, "0")]
+
+    def deposed() -> bool:
+        return len(server.seen) == 0  # may write the first time only
+
+    kube.fence = deposed
+    with pytest.raises(NotLeading):
+        await kube.patch("Pod", "team-a", "p", {"metadata": {"labels": {"a": "b"}}})
+    assert len(server.seen) == 1

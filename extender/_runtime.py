@@ -57,6 +57,18 @@ def publish(ledger: Ledger, metrics: ExtenderMetrics) -> None:
     metrics.intrusions.inc(ledger.take_intrusions())
 
 
+STALE_AFTER_SECONDS = 60.0
+"""How long a watched resource may fail to be followed before the extender says it is not ready: its
+ledger may then miss pods bound meanwhile, and a gang placed from it could be given GPUs a pod took."""
+
+
+def ready(ledger: Ledger, feed: ClusterFeed) -> bool:
+    """``/readyz``: the ledger was loaded and every resource has been followed within the last
+    ``STALE_AFTER_SECONDS`` (an unready extender drops out of its Service, so kube-scheduler's and the
+    operator's calls wait, as they do when it is down, instead of being answered from stale state)."""
+    return ledger.synced and feed.stale_for() < STALE_AFTER_SECONDS
+
+
 async def _housekeeping(ledger: Ledger, metrics: ExtenderMetrics, feed: ClusterFeed, every: float,
                         requeue_batch: int) -> None:
     while True:
@@ -91,7 +103,7 @@ async def run_extender(settings: ExtenderSettings,
     grpc_site = await serve_grpc(ledger, metrics, f"{settings.grpc_address}:{settings.grpc_port}",
                                  reloading_server_credentials(tls),
                                  default_ttl_seconds=settings.reservation_ttl_seconds)
-    health = await serve(build_health_app(metrics, lambda: ledger.synced, serving, reviews),
+    health = await serve(build_health_app(metrics, lambda: ready(ledger, feed), serving, reviews),
                          settings.health_address, settings.health_port, serving.ssl_context())
     tasks = [asyncio.create_task(feed.run(), name="watch-feed"),
              asyncio.create_task(_housekeeping(ledger, metrics, feed, settings.housekeeping_seconds,

@@ -164,6 +164,10 @@ class ClusterFeed:
         else:
             self.ledger.upsert_pod(obj)
 
+    def stale_for(self) -> float:
+        """Seconds the longest-failing resource has not been followed (0 while every one is)."""
+        return max((r.stale_for() for r in self.reflectors.values()), default=0.0)
+
     async def resync(self, resource: Collection) -> str:
         """Relist one resource and apply the difference; returns the new resourceVersion."""
         return await self.reflectors[resource.name].relist()

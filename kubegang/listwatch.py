@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,6 +151,19 @@ class Reflector:
     known: dict[str, dict[str, Any]] = field(default_factory=dict)
     resume_from: str = ""
     """The last resourceVersion the current watch delivered (events and bookmarks)."""
+    failing_since: float | None = None
+    """Monotonic time of the first of the failures (lists, watches) since the collection was last
+    followed; None while it is. A reader of the sink's state can tell how stale it may be."""
+
+    def stale_for(self, now: float | None = None) -> float:
+        """Seconds the collection has failed to be followed (0 while it is)."""
+        if self.failing_since is None:
+            return 0.0
+        return (time.monotonic() if now is None else now) - self.failing_since
+
+    def _failing(self) -> None:
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
 
     def apply(self, kind: str, obj: dict[str, Any]) -> None:
         """One event: remember it, then hand it on. A sink that fails on one object is logged and
@@ -171,6 +185,7 @@ class Reflector:
     async def relist(self) -> str:
         """List the collection and send the difference; returns the list's resourceVersion."""
         items, rv = await list_collection(self.client, self.collection)
+        self.failing_since = None
         present = {self.collection.key(o) for o in items}
         for key in [k for k in self.known if k not in present]:
             self.apply("DELETED", self.known[key])
@@ -201,6 +216,7 @@ class Reflector:
                         raise Gone(self.collection.name)
                     raise httpx2.HTTPError(f"watch {self.collection.name}: {obj.get('message', obj)}")
                 new_rv = str((obj.get("metadata") or {}).get("resourceVersion", "")) or rv
+                self.failing_since = None
                 if kind != "BOOKMARK":
                     self.apply(str(kind), obj)
                 rv = self.resume_from = new_rv
@@ -223,10 +239,12 @@ class Reflector:
                 if ended == rv and loop.time() - started < QUICK_CLOSE_SECONDS:
                     # Closed at once with nothing in it (a proxy or an API server shutting down):
                     # reconnecting at once would spin, so back off as after an error (client-go does).
+                    self._failing()
                     delay = backoff.next_delay()
                     log.warning("watch on %s closed at once; retrying in %.1fs", name, delay)
                     await asyncio.sleep(delay)
                 else:
+                    self.failing_since = None
                     backoff.reset()  # a stream that ended normally: reconnect at once
                 rv = ended
             except Gone:
@@ -240,6 +258,7 @@ class Reflector:
                 rv = await self.synced()
             except (httpx2.HTTPError, json.JSONDecodeError, OSError) as exc:
                 rv = self.resume_from
+                self._failing()
                 delay = backoff.next_delay()
                 log.warning("watch on %s failed (%s); retrying in %.1fs", name, exc, delay)
                 self._restarted("error")
@@ -247,6 +266,7 @@ class Reflector:
             except Exception:
                 # A bug must not stop the cache from following the cluster: log it loudly, go on.
                 rv = self.resume_from
+                self._failing()
                 delay = backoff.next_delay()
                 log.exception("watch on %s: unexpected error; retrying in %.1fs", name, delay)
                 self._restarted("error")
@@ -274,6 +294,7 @@ class Reflector:
                     announced = True
                 await asyncio.sleep(self.not_served_retry_seconds)
             except (httpx2.HTTPError, json.JSONDecodeError, OSError) as exc:
+                self._failing()
                 delay = backoff.next_delay()
                 log.warning("list of %s failed (%s); retrying in %.1fs", self.collection.name, exc, delay)
                 await asyncio.sleep(delay)
@@ -281,6 +302,7 @@ class Reflector:
                 # Anything else (a credential plugin failing, a body that is not a list) is retried
                 # too: ending here ended the whole feed, and a replica waiting for its first lists
                 # then held the Lease and admitted nothing, for ever.
+                self._failing()
                 delay = backoff.next_delay()
                 log.exception("list of %s failed; retrying in %.1fs", self.collection.name, delay)
                 await asyncio.sleep(delay)

@@ -49,3 +49,45 @@ async def test_failed_initial_lists_back_off_jittered_and_growing(monkeypatch: p
     assert retries[0] <= 1.0 and max(retries) <= 30.0
     assert max(retries[5:]) > 2.0, "the ceiling grows while the API server stays down"
     assert len(set(retries)) == len(retries), "jittered: no two waits alike"
+
+
+async def test_the_extender_is_not_ready_once_a_watch_has_failed_for_a_minute() -> None:
+    """Its ledger would miss pods bound meanwhile, and a gang placed from it could get GPUs a pod took:
+    unready, it drops out of its Service and its callers wait, as they do when it is down."""
+    from kubegang.extender._runtime import STALE_AFTER_SECONDS, ready
+
+    watching = True
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        if request.url.params.get("watch"):
+            if not watching:
+                raise httpx2.ConnectError("API server unreachable", request=request)
+            return httpx2.Response(200, content=b'{"type": "BOOKMARK", "object": {"metadata": '
+                                                b'{"resourceVersion": "2"}}}\n')
+        return httpx2.Response(200, json={"items": [], "metadata": {"resourceVersion": "1"}})
+
+    client = httpx2.AsyncClient(transport=httpx2.MockTransport(handler), base_url="https://api")
+    feed = ClusterFeed(client, Ledger(), ExtenderMetrics(), retry_seconds=0.01, max_retry_seconds=0.01)
+    await feed.initial_sync()
+    nodes = feed.reflectors["nodes"]
+    assert ready(feed.ledger, feed)
+    watching = False
+    task = asyncio.create_task(nodes.follow("1"))
+    try:
+        for _ in range(200):
+            if nodes.failing_since is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert nodes.failing_since is not None
+        assert ready(feed.ledger, feed)  # a moment's failure is not staleness
+        nodes.failing_since -= STALE_AFTER_SECONDS  # a minute of failures
+        assert not ready(feed.ledger, feed)
+        watching = True  # the API server is back: the next event or bookmark is news again
+        for _ in range(200):
+            if nodes.failing_since is None:
+                break
+            await asyncio.sleep(0.01)
+        assert ready(feed.ledger, feed)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -71,14 +71,25 @@ def ready(ledger: Ledger, feed: ClusterFeed) -> bool:
 
 async def _housekeeping(ledger: Ledger, metrics: ExtenderMetrics, feed: ClusterFeed, every: float,
                         requeue_batch: int) -> None:
-    while True:
-        await asyncio.sleep(every)
-        try:
-            ledger.expire()
-            publish(ledger, metrics)
-            await feed.requeue(ledger.take_requeue(requeue_batch))
-        except Exception:
-            log.exception("housekeeping failed; continuing")
+    requeuing: asyncio.Task[int] | None = None
+    try:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                ledger.expire()
+                publish(ledger, metrics)
+                # The requeue patches go on beside it: an API server that answers slowly must not hold
+                # up the expiry of reservations (each patch may wait its whole timeout).
+                if requeuing is None or requeuing.done():
+                    if requeuing is not None and not requeuing.cancelled() and requeuing.exception() is not None:
+                        log.error("requeueing waiting pods failed: %s", requeuing.exception())
+                    requeuing = asyncio.create_task(feed.requeue(ledger.take_requeue(requeue_batch)),
+                                                    name="requeue")
+            except Exception:
+                log.exception("housekeeping failed; continuing")
+    finally:
+        if requeuing is not None:
+            requeuing.cancel()
 
 
 def _count_reload(metrics: ExtenderMetrics, outcome: ReloadOutcome) -> None:

@@ -4,6 +4,8 @@ one in step with every other watcher, and starts from the shortest again once th
 from __future__ import annotations
 
 import asyncio
+import itertools
+from typing import Any
 
 import httpx2
 import pytest
@@ -91,3 +93,32 @@ async def test_the_extender_is_not_ready_once_a_watch_has_failed_for_a_minute() 
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_slow_requeue_patches_do_not_hold_up_the_expiry_of_reservations() -> None:
+    import time
+
+    from kubegang.extender import _runtime
+
+    async def slow(request: httpx2.Request) -> httpx2.Response:
+        await asyncio.sleep(0.4)  # an API server answering slowly (the real client waits up to 30 s)
+        return httpx2.Response(200, json={})
+
+    ledger = Ledger()
+    feed = ClusterFeed(httpx2.AsyncClient(transport=httpx2.MockTransport(slow), base_url="https://api"),
+                       ledger, ExtenderMetrics())
+    expiries: list[float] = []
+    real = ledger.expire
+
+    def expire(now: float | None = None) -> Any:
+        expiries.append(time.monotonic())
+        return real(now)
+
+    ledger.expire = expire  # type: ignore[method-assign]
+    ledger.take_requeue = lambda limit: [("ns", f"p{i}") for i in range(3)]  # type: ignore[method-assign]
+    task = asyncio.create_task(_runtime._housekeeping(ledger, ExtenderMetrics(), feed, 0.05, 50))
+    await asyncio.sleep(1.0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    gaps = [b - a for a, b in itertools.pairwise(expiries)]
+    assert len(expiries) >= 10 and max(gaps) < 0.3, gaps  # was: one expiry per 1.2 s of patches

@@ -312,7 +312,10 @@ class Admission:
             self._creating.pop(job.uid, None)
             self._creation_slots.release()
             self.cache.forget(job.uid)
-            await self.placement.release(job.uid)
+            if not isinstance(exc, NotLeading):
+                # A deposed replica leaves the reservation alone: the extender keys it by the job's
+                # UID, and the new leader may have reserved that very job since.
+                await self.placement.release(job.uid)
             self.quota.release(job.uid)
             self.cache.wake.set()  # the job waits again: let the next cycle see it
             return

@@ -86,3 +86,28 @@ async def test_an_eviction_whose_status_write_failed_is_written_again() -> None:
     status = world.last_status("team-a/low")
     assert status.get("phase") == "Queued"
     assert any(c["type"] == "Preempted" and c["status"] == "True" for c in status["conditions"])
+
+
+class _DeposedAtAdmission(FakeKube):
+    """This replica loses the Lease as it is about to record an admission."""
+
+    async def patch_job_status(self, job: Any, patch: Any, *, prepaid: bool = False,
+                               resource_version: str | None = None) -> Any:
+        from kubegang.operator._leader import NotLeading
+
+        if patch.get("phase") == "Admitted":
+            raise NotLeading("not leading any more: status not sent")
+        return await super().patch_job_status(job, patch, prepaid=prepaid, resource_version=resource_version)
+
+
+async def test_a_replica_deposed_while_admitting_leaves_the_reservation_to_the_new_leader() -> None:
+    """The extender keys a reservation by the job's UID, and the new leader may have reserved that very
+    job since: a deposed replica's Release would drop it."""
+    world = World({"team-a": 16}, {f"node-{i}": 8 for i in range(4)})
+    world.kube = _DeposedAtAdmission()
+    world.admission.kube = world.admission.writer.kube = world.admission.sources.kube = world.kube
+    world.submit(make_job_body("first", replicas=2, gpus=8))
+    await world.cycle()
+    assert world.last_status("team-a/first").get("phase") != "Admitted"
+    assert "uid-first" not in world.quota.tree  # this replica's own books are undone
+    assert world.ledger.reservation_count == 1  # the extender's reservation is not released

@@ -11,12 +11,27 @@ Supported"}`` (``code`` only for NVML errors), exactly as in the H200 capture.
 
 from __future__ import annotations
 
+import enum
 import json
 from pathlib import Path
 from typing import Any, TypeGuard
 
 Dump = dict[str, Any]
 """A node's readings in the dump format (``devices``: one dict per GPU)."""
+
+
+class NvmlReturn(enum.IntEnum):
+    """The NVML return codes (``nvmlReturn_t``) the agent acts on; any other is only recorded.
+
+    Decisions are made on the code an error entry carries, never on its text: messages differ
+    between driver and nvidia-ml-py versions, the codes are NVML's ABI."""
+
+    TIMEOUT = 10
+    FUNCTION_NOT_FOUND = 13
+    """A driver older than the call (the legacy fabric call then answers)."""
+    GPU_IS_LOST = 15
+    """The GPU has fallen off the bus or has otherwise become inaccessible."""
+    ARGUMENT_VERSION_MISMATCH = 25
 
 
 def error_entry(exc: BaseException) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 agent's node list, ``kubegang.restclient``, which can ask for metadata only).
 
 Everything above it (what to write, when) is pure and tested without a cluster; this module just
-turns "create GPUNode n", "merge-patch its status", "merge-patch node n's labels", "list the nodes
-I serve" and "tell me when a GPUNode is deleted" into API calls, and maps a 404 on the status patch
-to :class:`GPUNodeMissing` so the publisher can recreate an object someone deleted.
+turns "create GPUNode n" (answering the conditions it already shows), "merge-patch its status",
+"merge-patch node n's labels", "list the nodes I serve" and "tell me when a GPUNode is deleted" into
+API calls, and maps a 404 on the status patch to :class:`GPUNodeMissing` so the publisher can
+recreate an object someone deleted.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,7 +22,9 @@ from lightkube.generic_resource import create_global_resource
 from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
+from pydantic import ValidationError
 
+from kubegang.api import Condition
 from kubegang.api.gpunode import GPUNode
 from kubegang.restclient import METADATA_LIST, RestClient
 
@@ -51,9 +54,11 @@ class NodeInfo:
 class Sink(Protocol):
     """Where the publisher writes; :class:`KubeSink` in production, a recorder in unit tests."""
 
-    async def create_gpunode(self, name: str) -> None:
+    async def create_gpunode(self, name: str) -> Sequence[Condition] | None:
         """Create an empty GPUNode ``name``, owned by its Node; if it already exists, make sure the
-        current Node owns it. Raise :class:`NodeMissing` when there is no such Node."""
+        current Node owns it and answer the conditions its status shows (None or empty for a new
+        one), whose transition times a publisher that starts carries on. Raise
+        :class:`NodeMissing` when there is no such Node."""
         ...
 
     async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
@@ -98,6 +103,20 @@ def parse_selector(selector: str) -> dict[str, Any]:
     return result
 
 
+def published_conditions(name: str, gpunode: Any) -> list[Condition]:
+    """The conditions a GPUNode read from the API server shows. An entry that is not a valid
+    condition (an edit by hand) is skipped: the publisher then gives that condition a fresh time."""
+    status = getattr(gpunode, "status", None)
+    entries = status.get("conditions") if isinstance(status, Mapping) else None
+    conditions: list[Condition] = []
+    for entry in entries if isinstance(entries, list) else ():
+        try:
+            conditions.append(Condition.model_validate(entry))
+        except ValidationError as exc:
+            log.info("GPUNode %s: condition %r not carried on: %s", name, entry, exc)
+    return conditions
+
+
 MAX_IN_FLIGHT = 16
 """Writes under way at once. A replay agent serving every node of a shape started a publisher per
 node at the same moment: 1,024 GPUNode writes sent at once on a loaded 2-core API server all ran into
@@ -117,11 +136,11 @@ class KubeSink:
         self._field_manager = field_manager
         self._slots = asyncio.Semaphore(max_in_flight)
 
-    async def create_gpunode(self, name: str) -> None:
+    async def create_gpunode(self, name: str) -> list[Condition]:
         async with self._slots:
-            await self._create_gpunode(name)
+            return await self._create_gpunode(name)
 
-    async def _create_gpunode(self, name: str) -> None:
+    async def _create_gpunode(self, name: str) -> list[Condition]:
         # Owned by its Node, so the garbage collector deletes the GPUNode with the node (the agent
         # that would clean it up is gone by then). No blockOwnerDeletion: that would need
         # nodes/finalizers, more than the agent may do. No node, no GPUNode: one created without an
@@ -145,12 +164,14 @@ class KubeSink:
         except ApiError as exc:
             if exc.status.code != 409:
                 raise
-            await self._adopt(name, owner)
+            existing = await self._client.get(GPUNodeResource, name)
+            await self._adopt(name, existing, owner)
+            return published_conditions(name, existing)
+        return []
 
-    async def _adopt(self, name: str, owner: OwnerReference) -> None:
+    async def _adopt(self, name: str, existing: Any, owner: OwnerReference) -> None:
         """An existing GPUNode is made the current node's: one left by an earlier node of the same
         name (its owner's uid no longer exists) would otherwise be collected, or kept without owner."""
-        existing = await self._client.get(GPUNodeResource, name)
         owners = (existing.metadata.ownerReferences if existing.metadata is not None else None) or []
         if [(o.kind, o.uid) for o in owners] == [("Node", owner.uid)]:
             return

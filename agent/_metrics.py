@@ -5,15 +5,22 @@ pod or a job).
 NVML's ECC counters are the driver's counts, not the agent's, so they are gauges that mirror the
 driver (``kubegang_gpu_ecc_errors``); XIDs are counted by the agent as it sees them, so they are a
 counter. A registry per process (not the global one) keeps tests independent.
+
+A series exists only while its reading is known: the series of a GPU that is gone, and of a reading
+that became unknown, are removed, because a gauge left at its last value would pass for a current
+reading (a GPU that fell off the bus would keep its last, normal temperature).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ._snapshot import NodeReadings
+from ._snapshot import GpuReadings, NodeReadings
+
+_ECC = tuple((kind, counter) for kind in ("corrected", "uncorrected") for counter in ("volatile", "aggregate"))
 
 
 class AgentMetrics:
@@ -49,51 +56,73 @@ class AgentMetrics:
         self.write_errors = Counter(
             "kubegang_agent_api_write_errors", "Failed writes to the API server", ["kind"], registry=r
         )
-        self._xid_seen: dict[tuple[str, str, str], int] = {}
+        self._xid_seen: dict[tuple[str, str], dict[str, int]] = {}
+        """(node, GPU index) → XID → the count already added to its counter."""
         self._series: dict[str, set[str]] = {}
+        """Node → the GPU indices it has series for."""
 
     def observe(self, node: str, readings: NodeReadings, healthy: dict[int, bool]) -> None:
-        """Record one node's readings (``healthy``: GPU index → verdict)."""
-        indices: set[str] = set()
+        """Record one node's readings (``healthy``: GPU index → verdict); the series of GPUs no
+        longer listed are removed."""
+        listed = {str(gpu.index) for gpu in readings.gpus}
+        for idx in self._series.get(node, set()) - listed:
+            self._forget_gpu(node, idx)
         for gpu in readings.gpus:
-            idx = str(gpu.index)
-            indices.add(idx)
-            if gpu.memory_used_bytes is not None:
-                self.memory_used.labels(node, idx).set(gpu.memory_used_bytes)
-            if gpu.memory_total_bytes is not None:
-                self.memory_total.labels(node, idx).set(gpu.memory_total_bytes)
-            if gpu.temperature_celsius is not None:
-                self.temperature.labels(node, idx).set(gpu.temperature_celsius)
-            for kind in ("corrected", "uncorrected"):
-                for counter in ("volatile", "aggregate"):
-                    value = getattr(gpu.ecc, f"{kind}_{counter}")
-                    if value is not None:
-                        self.ecc.labels(node, idx, kind, counter).set(value)
-            for xid, count in gpu.xid_counts.items():
-                key = (node, idx, str(xid))
-                delta = count - self._xid_seen.get(key, 0)
-                if delta > 0:
-                    self.xid.labels(*key).inc(delta)
-                self._xid_seen[key] = max(count, self._xid_seen.get(key, 0))
-            self.healthy.labels(node, idx).set(1 if healthy.get(gpu.index) else 0)
+            self._observe_gpu(node, gpu, healthy.get(gpu.index, False))
         self.gpus.labels(node).set(len(readings.gpus))
         self.gpus_healthy.labels(node).set(sum(healthy.values()))
         self.unknown.labels(node).set(len(readings.unknown))
-        self._series[node] = indices
+        self._series[node] = listed
+
+    def _observe_gpu(self, node: str, gpu: GpuReadings, healthy: bool) -> None:
+        idx = str(gpu.index)
+        _set(self.memory_used, gpu.memory_used_bytes, node, idx)
+        _set(self.memory_total, gpu.memory_total_bytes, node, idx)
+        _set(self.temperature, gpu.temperature_celsius, node, idx)
+        for kind, counter in _ECC:
+            _set(self.ecc, getattr(gpu.ecc, f"{kind}_{counter}"), node, idx, kind, counter)
+        self._observe_xids(node, idx, gpu.xid_counts)
+        self.healthy.labels(node, idx).set(1 if healthy else 0)
+
+    def _observe_xids(self, node: str, idx: str, counts: Mapping[int, int] | None) -> None:
+        """Add what is new in the backend's cumulative counts; unknown counts (events not watched)
+        remove the GPU's XID series, and a later known count starts them again from that count."""
+        if counts is None:
+            self._forget_xids(node, idx)
+            return
+        seen = self._xid_seen.setdefault((node, idx), {})
+        for xid, count in counts.items():
+            key = str(xid)
+            delta = count - seen.get(key, 0)
+            if delta > 0:
+                self.xid.labels(node, idx, key).inc(delta)
+                seen[key] = count
+
+    def _forget_gpu(self, node: str, idx: str) -> None:
+        for gauge in (self.memory_used, self.memory_total, self.temperature, self.healthy):
+            _remove(gauge, node, idx)
+        for kind, counter in _ECC:
+            _remove(self.ecc, node, idx, kind, counter)
+        self._forget_xids(node, idx)
+
+    def _forget_xids(self, node: str, idx: str) -> None:
+        for xid in self._xid_seen.pop((node, idx), {}):
+            _remove(self.xid, node, idx, xid)
 
     def forget(self, node: str) -> None:
         """Drop a node's series (a fake node that went away)."""
         for idx in self._series.pop(node, set()):
-            for gauge in (self.memory_used, self.memory_total, self.temperature, self.healthy):
-                _remove(gauge, node, idx)
-            for kind in ("corrected", "uncorrected"):
-                for counter in ("volatile", "aggregate"):
-                    _remove(self.ecc, node, idx, kind, counter)
-        for key in [k for k in self._xid_seen if k[0] == node]:
-            _remove(self.xid, *key)
-            del self._xid_seen[key]
+            self._forget_gpu(node, idx)
         for gauge in (self.gpus, self.gpus_healthy, self.unknown):
             _remove(gauge, node)
+
+
+def _set(gauge: Gauge, value: int | None, *labels: str) -> None:
+    """Set a reading's series, or remove it when the reading is unknown (None)."""
+    if value is None:
+        _remove(gauge, *labels)
+    else:
+        gauge.labels(*labels).set(value)
 
 
 def _remove(metric: Gauge | Counter, *labels: str) -> None:

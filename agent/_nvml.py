@@ -9,7 +9,9 @@ counts critical-XID events per GPU. Other event types can arrive even when only 
 for (the H200 capture got a clock event within 13 ms of registering every supported type), so
 the thread filters on the event type rather than treating any event as a fault. The counts are
 cumulative since the agent started: an XID that took a GPU out of service keeps it out until the
-agent restarts (typically with the GPU reset or the node rebooted).
+agent restarts (typically with the GPU reset or the node rebooted). Only a GPU whose registration
+succeeded has counts; for any other the dump records why its XIDs are unknown, because "no XIDs"
+from a GPU nobody listened to would pass for a clean record.
 """
 
 from __future__ import annotations
@@ -23,15 +25,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ._dump import Dump, error_entry
+from ._dump import Dump, NvmlReturn, error_entry
 from ._infiniband import DEFAULT_ROOT, read_hcas
 
 log = logging.getLogger(__name__)
 
-_ERROR_TIMEOUT = 10
-_ERROR_ARGUMENT_VERSION_MISMATCH = 25
-_ERROR_FUNCTION_NOT_FOUND = 13
-"""NVML_ERROR_FUNCTION_NOT_FOUND: a driver older than the call (the legacy fabric call then answers)."""
 _EVENT_XID = 8  # nvmlEventTypeXidCriticalError
 _AFFINITY_WORDS = 16  # 1,024 CPUs / NUMA nodes
 
@@ -82,6 +80,8 @@ class NvmlBackend:
         self._stop = threading.Event()
         self._events: threading.Thread | None = None
         self._watch_error: str | None = "XID event watch not running"
+        self._xid_refused: dict[int, dict[str, Any] | None] = {}
+        """GPU index → None once registered for XID events, or the error its registration answered."""
         self._watch_events = watch_events
         self._init()
 
@@ -99,9 +99,7 @@ class NvmlBackend:
             log.info("NVML init succeeded after failing")
         self._init_error = None
         if self._watch_events:
-            self._watch_error = None
-            self._events = threading.Thread(target=self._watch_xids, name="nvml-xid-events", daemon=True)
-            self._events.start()
+            self._start_xid_watch()
 
     # -- reading ----------------------------------------------------------------------------
     def read(self) -> Dump:
@@ -167,15 +165,25 @@ class NvmlBackend:
         d["RetiredPagesPendingStatus"] = _call(n.nvmlDeviceGetRetiredPagesPendingStatus, handle)
         d["RemappedRows"] = _call(n.nvmlDeviceGetRemappedRows, handle)
         d["Temperature"] = _call(n.nvmlDeviceGetTemperature, handle, getattr(n, "NVML_TEMPERATURE_GPU", 0))
-        with self._xid_lock:
-            counts = dict(self._xids.get(uuid, {})) if isinstance(uuid, str) else {}
-        watch_error = self._watch_error
-        d["XidEvents"] = (
-            {"error": "XidWatchUnavailable", "msg": watch_error}
-            if watch_error
-            else {str(xid): c for xid, c in sorted(counts.items())}
-        )
+        d["XidEvents"] = self._xid_reading(index, uuid)
         return d
+
+    def _xid_reading(self, index: int, uuid: Any) -> Any:
+        """The GPU's XID counts, or an error entry saying why they are unknown: a GPU whose events
+        are not watched has not had zero XIDs."""
+        watch_error = self._watch_error
+        if watch_error:
+            return {"error": "XidWatchUnavailable", "msg": watch_error}
+        if index not in self._xid_refused:
+            return {"error": "XidWatchUnavailable", "msg": "GPU not registered for XID events"}
+        refused = self._xid_refused[index]
+        if refused is not None:
+            return refused
+        if not isinstance(uuid, str):
+            return {"error": "XidWatchUnavailable", "msg": "XIDs are counted by UUID, which cannot be read"}
+        with self._xid_lock:
+            counts = dict(self._xids.get(uuid, {}))
+        return {str(xid): c for xid, c in sorted(counts.items())}
 
     def _link(self, handle: Any, link: int) -> dict[str, Any]:
         n = self._nvml
@@ -198,7 +206,7 @@ class NvmlBackend:
                 n.nvmlDeviceGetGpuFabricInfoV(handle, ctypes.byref(info))
             except Exception as exc:
                 last = error_entry(exc)
-                if getattr(exc, "value", None) in (_ERROR_ARGUMENT_VERSION_MISMATCH, _ERROR_FUNCTION_NOT_FOUND):
+                if getattr(exc, "value", None) in (NvmlReturn.ARGUMENT_VERSION_MISMATCH, NvmlReturn.FUNCTION_NOT_FOUND):
                     continue  # an older struct, or the legacy call below, may still answer
                 return last
             return plain(info)
@@ -212,7 +220,9 @@ class NvmlBackend:
         return last
 
     # -- XID events -------------------------------------------------------------------------
-    def _watch_xids(self) -> None:
+    def _start_xid_watch(self) -> None:
+        """Register every GPU for XID events, then wait for them in a thread. Registering here,
+        before the first read returns, means no read reports the counts of a GPU not yet watched."""
         n = self._nvml
         try:
             event_set = n.nvmlEventSetCreate()
@@ -222,17 +232,39 @@ class NvmlBackend:
             return
         try:
             count = n.nvmlDeviceGetCount()
-            for index in range(count):
-                try:
-                    handle = n.nvmlDeviceGetHandleByIndex(index)
-                    n.nvmlDeviceRegisterEvents(handle, _EVENT_XID, event_set)
-                except Exception as exc:
-                    log.warning("gpu %d: cannot watch XID events: %s", index, exc)
+        except Exception as exc:
+            log.warning("cannot count the GPUs to watch, XIDs will not be seen: %s", exc)
+            self._watch_error = f"cannot count the GPUs to watch: {exc}"
+            self._free_event_set(event_set)
+            return
+        self._xid_refused = {index: self._register_xids(event_set, index) for index in range(count)}
+        self._watch_error = None
+        self._events = threading.Thread(
+            target=self._watch_xids, args=(event_set,), name="nvml-xid-events", daemon=True
+        )
+        self._events.start()
+
+    def _register_xids(self, event_set: Any, index: int) -> dict[str, Any] | None:
+        """Register one GPU for critical-XID events: None, or the error it answered (NotSupported,
+        GPU is lost, any other), which becomes that GPU's XID reading. The other GPUs are still
+        watched."""
+        n = self._nvml
+        try:
+            n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(index), _EVENT_XID, event_set)
+        except Exception as exc:
+            log.warning("gpu %d: cannot watch XID events, its XIDs are unknown: %s", index, exc)
+            entry = error_entry(exc)
+            return {**entry, "msg": f"XID event registration refused: {entry['msg']}"}
+        return None
+
+    def _watch_xids(self, event_set: Any) -> None:
+        n = self._nvml
+        try:
             while not self._stop.is_set():
                 try:
                     data = n.nvmlEventSetWait(event_set, 500)
                 except Exception as exc:
-                    if getattr(exc, "value", None) != _ERROR_TIMEOUT:
+                    if getattr(exc, "value", None) != NvmlReturn.TIMEOUT:
                         log.warning("NVML event wait failed: %s", exc)
                         self._stop.wait(1.0)
                     continue
@@ -241,10 +273,13 @@ class NvmlBackend:
             log.exception("XID event watch stopped")
             self._watch_error = f"XID event watch stopped: {exc}"
         finally:
-            try:
-                n.nvmlEventSetFree(event_set)
-            except Exception as exc:
-                log.debug("nvmlEventSetFree: %s", exc)
+            self._free_event_set(event_set)
+
+    def _free_event_set(self, event_set: Any) -> None:
+        try:
+            self._nvml.nvmlEventSetFree(event_set)
+        except Exception as exc:
+            log.debug("nvmlEventSetFree: %s", exc)
 
     def _record_event(self, data: Any) -> None:
         if getattr(data, "eventType", None) != _EVENT_XID:

@@ -24,7 +24,14 @@ from ._kube import GPUNodeMissing, Sink
 from ._metrics import AgentMetrics
 from ._settings import AgentSettings
 from ._snapshot import parse_dump
-from ._status import build_status, fingerprint, labels_fingerprint, node_labels, status_payload
+from ._status import (
+    build_status,
+    fingerprint,
+    keep_transition_times,
+    labels_fingerprint,
+    node_labels,
+    status_payload,
+)
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +123,7 @@ class NodePublisher:
         wrote_status = wrote_labels = False
         if status_fp != self._status_fp or self._due(self._status_at, now):
             try:
-                await self._write_status(status)
+                self._previous = await self._write_status(status)
             except Exception as exc:
                 errors.append(self._failed("status", exc))
             else:
@@ -133,11 +140,17 @@ class NodePublisher:
         self.last_poll = self._monotonic()
         return PollResult(wrote_status, wrote_labels, tuple(errors))
 
-    async def _write_status(self, status: GPUNodeStatus) -> None:
-        payload = status_payload(status)
+    async def _write_status(self, status: GPUNodeStatus) -> GPUNodeStatus:
+        """Write ``status`` and return what was written. The first write (and the first after a
+        failed one) makes sure the GPUNode exists and takes the transition times of the conditions
+        it already shows with the same status: a publisher that starts (an agent restart, a replay
+        node served anew) knows no earlier status, and an unchanged condition must keep its time."""
         if not self._created:
-            await self._sink.create_gpunode(self.node)
+            published = await self._sink.create_gpunode(self.node)
             self._created = True
+            if published:
+                status = keep_transition_times(status, published)
+        payload = status_payload(status)
         try:
             await self._sink.patch_status(self.node, payload)
         except GPUNodeMissing:
@@ -145,6 +158,7 @@ class NodePublisher:
             await self._sink.create_gpunode(self.node)
             await self._sink.patch_status(self.node, payload)
         self._metrics.writes.labels("status").inc()
+        return status
 
     def _failed(self, kind: str, exc: Exception) -> str:
         self._metrics.write_errors.labels(kind).inc()

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import uuid as uuidlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
 from kubegang.api.gpunode import Hca, UnknownReading
 
-from ._dump import Dump, describe_error, is_error
+from ._dump import Dump, NvmlReturn, describe_error, is_error
 
 T = TypeVar("T")
 
@@ -91,9 +91,14 @@ class GpuReadings:
     retired_pages_pending: bool | None = None
     remapped_rows: RemappedRows | None = None
     temperature_celsius: int | None = None
-    xid_counts: Mapping[int, int] = field(default_factory=dict)
+    xid_counts: Mapping[int, int] | None = None
+    """XID → events seen; None when unknown (the GPU's events are not watched), which must never
+    read as "no XIDs"."""
     unreachable: str | None = None
     """Why the GPU could not be opened at all (its handle failed), else None."""
+    lost: bool = False
+    """A call on the GPU answered GPU-is-lost: it has fallen off the bus, whatever else it answered
+    (a lost GPU's handle may still open, and the driver answer some calls from its cache)."""
 
 
 @dataclass(frozen=True)
@@ -113,9 +118,22 @@ class _Unknowns:
 
     def __init__(self) -> None:
         self.items: list[UnknownReading] = []
+        self.lost = 0
+        """Failed calls seen that answered GPU-is-lost (``_gpu`` compares before and after a GPU)."""
 
     def add(self, what: str, reason: str) -> None:
         self.items.append(UnknownReading(what=what, reason=reason))
+
+    def refused(self, what: str, entry: dict[str, Any]) -> None:
+        """A failed call that costs the reading ``what``."""
+        self.note(entry)
+        self.add(what, describe_error(entry))
+
+    def note(self, entry: dict[str, Any]) -> None:
+        """Count a failed call that answered GPU-is-lost, whether or not it costs a reading: unlike
+        any other refusal, that answer is a verdict on the GPU. Taken on NVML's code, not the text."""
+        if entry.get("code") == NvmlReturn.GPU_IS_LOST:  # no enum lookup: one per refused link
+            self.lost += 1
 
     def read(self, source: Mapping[str, Any], key: str, what: str, convert: Callable[[Any], T]) -> T | None:
         """``convert(source[key])``, or None with the reason recorded."""
@@ -127,7 +145,7 @@ class _Unknowns:
             return None
         value = source[key]
         if is_error(value):
-            self.add(what, describe_error(value))
+            self.refused(what, value)
             return None
         try:
             return convert(value)
@@ -234,13 +252,16 @@ def _fabric(value: Any) -> FabricReading:
     )
 
 
-def _mig_profiles(value: Any) -> tuple[str, ...]:
+def _mig_profiles(value: Any, unknowns: _Unknowns) -> tuple[str, ...]:
     if not isinstance(value, dict):
         raise TypeError(f"expected a map of MIG profiles, got {value!r}")
     offered: dict[str, tuple[int, int]] = {}
     for info in value.values():
-        if is_error(info) or not isinstance(info, dict):
+        if is_error(info):
+            unknowns.note(info)
             continue  # a profile the GPU does not offer is a fact, not an unknown
+        if not isinstance(info, dict):
+            continue
         name = _str(info["name"]).removeprefix("MIG ")
         offered[name] = (_int(info.get("sliceCount", 0)), _int(info.get("memorySizeMB", 0)))
     return tuple(sorted(offered, key=lambda n: (*offered[n], n)))
@@ -259,6 +280,7 @@ def _links(index: int, value: Any, unknowns: _Unknowns) -> tuple[LinkReading, ..
             continue
         state = entry.get("state")
         if isinstance(state, dict) and is_error(state):
+            unknowns.note(state)
             # InvalidArgument: the link does not exist on this GPU (NVML probes up to 36).
             if state["error"] != _INVALID_ARGUMENT:
                 errors.append(describe_error(state))
@@ -269,6 +291,9 @@ def _links(index: int, value: Any, unknowns: _Unknowns) -> tuple[LinkReading, ..
         pci = entry.get("remotePci")
         bus = pci.get("busId") if isinstance(pci, dict) and not is_error(pci) else None
         kind = entry.get("remoteType")
+        for answer in (kind, pci):
+            if is_error(answer):
+                unknowns.note(answer)
         kind = kind if isinstance(kind, int) and not isinstance(kind, bool) else None
         # The far end is known from its type (an NVSwitch) or its PCI address (a GPU); without
         # either the link's peer cannot be placed in the matrix.
@@ -292,9 +317,11 @@ def _ecc(index: int, device: Mapping[str, Any], unknowns: _Unknowns) -> EccCount
         unknowns.add(f"gpu{index}.ecc", "EccErrors not recorded")
         return EccCounts()
     table = device["EccErrors"]
-    if not isinstance(table, dict) or is_error(table):
-        reason = describe_error(table) if isinstance(table, dict) else "EccErrors malformed"
-        unknowns.add(f"gpu{index}.ecc", reason)
+    if is_error(table):
+        unknowns.refused(f"gpu{index}.ecc", table)
+        return EccCounts()
+    if not isinstance(table, dict):
+        unknowns.add(f"gpu{index}.ecc", "EccErrors malformed")
         return EccCounts()
     counts: dict[str, int | None] = {}
     for kind in ("corrected", "uncorrected"):
@@ -343,6 +370,7 @@ def _gpu(position: int, device: Any, unknowns: _Unknowns) -> GpuReadings:
     def read(key: str, what: str, convert: Callable[[Any], T]) -> T | None:
         return unknowns.read(device, key, f"gpu{index}.{what}", convert)
 
+    lost_before = unknowns.lost
     memory = read("MemoryInfo", "memory", lambda v: (_count(v["total"]), _count(v["used"])))
     # Prefer the versioned struct (it carries health); fall back to the legacy call.
     legacy = "GpuFabricInfo" in device and ("GpuFabricInfoV" not in device or is_error(device["GpuFabricInfoV"]))
@@ -350,7 +378,7 @@ def _gpu(position: int, device: Any, unknowns: _Unknowns) -> GpuReadings:
     links = read("nvlinks", "nvlink", lambda v: _links(index, v, unknowns))
     pending = read("RetiredPagesPendingStatus", "retiredPagesPending", lambda v: bool(_int(v)))
     single, double = _retired_pages(index, device, unknowns)
-    return GpuReadings(
+    gpu = GpuReadings(
         index=index,
         uuid=read("UUID", "uuid", _str),
         product=read("Name", "product", _str),
@@ -358,7 +386,7 @@ def _gpu(position: int, device: Any, unknowns: _Unknowns) -> GpuReadings:
         memory_used_bytes=memory[1] if memory else None,
         compute_capability=read("CudaComputeCapability", "computeCapability", _compute_capability),
         mig_enabled=read("MigMode", "migMode", lambda v: bool(_int(v[0]))),
-        mig_profiles=read("gpuInstanceProfiles", "migProfiles", _mig_profiles) or (),
+        mig_profiles=read("gpuInstanceProfiles", "migProfiles", lambda v: _mig_profiles(v, unknowns)) or (),
         pci_bus_id=read("PciInfo", "pciBusId", lambda v: _str(v["busId"]).lower()),
         numa_node=read("MemoryAffinity", "numaNode", _numa_node),
         cpu_affinity=read("CpuAffinity", "cpuAffinity", _cpu_affinity),
@@ -370,8 +398,9 @@ def _gpu(position: int, device: Any, unknowns: _Unknowns) -> GpuReadings:
         retired_pages_pending=pending,
         remapped_rows=read("RemappedRows", "remappedRows", _remapped),
         temperature_celsius=read("Temperature", "temperature", _int),
-        xid_counts=read("XidEvents", "xidEvents", _xids) or {},
+        xid_counts=read("XidEvents", "xidEvents", _xids),
     )
+    return replace(gpu, lost=True) if unknowns.lost > lost_before else gpu
 
 
 def _hcas(dump: Dump, unknowns: _Unknowns) -> tuple[Hca, ...]:

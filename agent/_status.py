@@ -28,6 +28,8 @@ LABEL_DOMAIN = "kubegang.io/nvlink-domain"
 NVIDIA_LABELS = (LABEL_CLIQUE, LABEL_PRODUCT, LABEL_COUNT, LABEL_PRESENT)
 
 _MIB = 1 << 20
+GPU_LOST = "GPU is lost (NVML_ERROR_GPU_IS_LOST): fallen off the bus or otherwise inaccessible; reset required"
+"""The health reason of a GPU that NVML reports lost."""
 _BUS = re.compile(r"^(?:([0-9a-f]{1,8}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])$")
 
 
@@ -73,13 +75,16 @@ def _peers(gpus: Sequence[GpuReadings]) -> dict[int, list[NvLinkPeer]]:
 
 def gpu_health(gpu: GpuReadings, fatal_xids: Mapping[int, str] = FATAL_XIDS) -> GpuHealth:
     """Healthy unless a reading proves otherwise; unknown readings do not make a GPU unhealthy
-    (they are listed in ``status.unknown``), or a VM that hides counters would have no GPUs."""
+    (they are listed in ``status.unknown``), or a VM that hides counters would have no GPUs. The
+    one refusal that does is GPU-is-lost: it is NVML's verdict on the GPU, not on the call."""
     reasons: list[str] = []
     if gpu.unreachable is not None:
         reasons.append(f"GPU unreachable: {gpu.unreachable}")
+    if gpu.lost:
+        reasons.append(GPU_LOST)
     if gpu.ecc.uncorrected_volatile:
         reasons.append(f"{gpu.ecc.uncorrected_volatile} uncorrected ECC errors since driver load")
-    for xid, count in sorted(gpu.xid_counts.items()):
+    for xid, count in sorted((gpu.xid_counts or {}).items()):
         if xid in fatal_xids and count > 0:
             reasons.append(f"{describe_xid(xid, fatal_xids)} seen {count}x")
     if gpu.remapped_rows is not None:
@@ -138,10 +143,27 @@ def _conditions(
         ("GPUHealthy", healthy),
         ("NVLinkFabric", (verdict.status, verdict.reason, verdict.message)),
     ):
-        old = before.get(type_)
-        since = old.last_transition_time if old is not None and old.status == status else now
+        since = _since(before.get(type_), status, now)
         result.append(Condition(type=type_, status=status, reason=reason, message=message, last_transition_time=since))
     return result
+
+
+def _since(old: Condition | None, status: str, now: datetime) -> datetime:
+    """A condition's lastTransitionTime: ``old``'s while the status is the same, else ``now``."""
+    return old.last_transition_time if old is not None and old.status == status else now
+
+
+def keep_transition_times(status: GPUNodeStatus, published: Sequence[Condition]) -> GPUNodeStatus:
+    """``status`` with the transition time of each condition whose status is the same in
+    ``published`` (what the GPUNode already shows) taken from there. A publisher that starts (an
+    agent restart) remembers no earlier status, and without this every condition would look as if
+    it had just changed."""
+    before = {c.type: c for c in published}
+    conditions = [
+        c.model_copy(update={"last_transition_time": _since(before.get(c.type), c.status, c.last_transition_time)})
+        for c in status.conditions
+    ]
+    return status.model_copy(update={"conditions": conditions})
 
 
 def build_status(

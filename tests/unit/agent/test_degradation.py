@@ -109,6 +109,38 @@ def test_a_gpu_whose_handle_fails_is_listed_unhealthy(load_dump_fixture: Load) -
     assert node_labels(status)["nvidia.com/gpu.count"] == "8"  # the GPU is there, just sick
 
 
+LOST_AT: list[tuple[str | int, ...]] = [
+    *((key,) for key in sorted(READINGS)),
+    ("RetiredPages",),
+    ("EccErrors", "uncorrected", "volatile"),
+    ("nvlinks", 0, "state"),
+]
+
+
+@pytest.mark.parametrize("path", LOST_AT, ids=[".".join(map(str, path)) for path in LOST_AT])
+def test_a_reading_that_answers_gpu_is_lost_makes_the_gpu_unhealthy(
+    load_dump_fixture: Load, path: tuple[str | int, ...]
+) -> None:
+    """NVML_ERROR_GPU_IS_LOST says the GPU fell off the bus: unlike a refused reading, it is a verdict
+    on the GPU. Decided by the NVML code, so the message text does not matter."""
+    dump = load_dump_fixture("hgx-h100-8gpu")
+    *parents, last = path
+    holder: Any = dump["devices"][2]
+    for step in parents:
+        holder = holder[step]
+    holder[last] = ERRORS["GpuIsLost"]
+    status = build_status(parse_dump(dump), now=NOW)
+    assert [g.index for g in status.gpus if not g.health.healthy] == [2]
+    assert any("GPU is lost" in reason for reason in status.gpus[2].health.reasons)
+    assert next(c for c in status.conditions if c.type == "GPUHealthy").status == "False"
+
+    # Another error, even one whose text says "lost", is only an unknown reading.
+    dump = load_dump_fixture("hgx-h100-8gpu")
+    dump["devices"][2]["Temperature"] = {**ERRORS["GpuIsLost"], "code": 999, "error": "NVMLError_Unknown"}
+    status = build_status(parse_dump(dump), now=NOW)
+    assert all(g.health.healthy for g in status.gpus)
+
+
 def test_nvml_init_failure_publishes_a_not_ready_node() -> None:
     dump = {
         "init": {"code": 9, "error": "NVMLError_DriverNotLoaded", "msg": "Driver Not Loaded"},

@@ -28,6 +28,7 @@ class FakeClient:
     def __init__(self) -> None:
         self.nodes: dict[str, str] = {}  # name -> uid
         self.gpunodes: dict[str, list[dict[str, Any]]] = {}  # name -> ownerReferences
+        self.statuses: dict[str, dict[str, Any]] = {}  # name -> status, where one was written
         self.patches: list[dict[str, Any]] = []
 
     async def get(self, resource: Any, name: str) -> Any:
@@ -38,7 +39,10 @@ class FakeClient:
         if name not in self.gpunodes:
             raise api_error(404)
         owners = [OwnerReference(**o) for o in self.gpunodes[name]]
-        return GPUNodeResource(metadata=ObjectMeta(name=name, ownerReferences=owners or None))
+        found = GPUNodeResource(metadata=ObjectMeta(name=name, ownerReferences=owners or None))
+        if name in self.statuses:
+            found["status"] = self.statuses[name]
+        return found
 
     async def create(self, obj: Any, field_manager: str | None = None) -> Any:
         name = obj.metadata.name
@@ -91,6 +95,21 @@ async def test_a_gpunode_already_owned_by_its_node_is_not_written() -> None:
     await sink.create_gpunode("n1")
     assert client.patches == []
     assert owner_uids(client, "n1") == ["uid-1"]
+
+
+async def test_an_existing_gpunode_answers_the_conditions_it_shows() -> None:
+    """What a publisher that starts carries on from (their transition times); an entry that is not
+    a condition is left out, and a GPUNode just created shows none."""
+    client = FakeClient()
+    client.nodes["n1"] = "uid-1"
+    sink = KubeSink(client)  # type: ignore[arg-type]
+    assert await sink.create_gpunode("n1") == []
+    ready = {"type": "Ready", "status": "True", "reason": "ReadingsPublished", "message": "8 GPUs read",
+             "lastTransitionTime": "2025-12-01T08:00:00Z"}
+    client.statuses["n1"] = {"gpuCount": 8, "conditions": [ready, {"type": "GPUHealthy"}]}
+    conditions = await sink.create_gpunode("n1")
+    assert [(c.type, c.status, c.last_transition_time.isoformat()) for c in conditions] == [
+        ("Ready", "True", "2025-12-01T08:00:00+00:00")]
 
 
 class RecordingLister:

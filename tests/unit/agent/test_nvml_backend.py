@@ -16,6 +16,7 @@ import pynvml
 import pytest
 
 from kubegang.agent import NvmlBackend, build_status, parse_dump
+from kubegang.agent._metrics import AgentMetrics
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 Load = Callable[[str], dict[str, Any]]
@@ -49,6 +50,10 @@ class FakeNvml:
         self.fail = fail or {}
         self.events: list[Any] = []
         self.shutdown = False
+        self.refuse_events: dict[int, dict[str, Any]] = {}
+        """GPU index → the error its XID event registration answers."""
+        self.lost: set[int] = set()
+        """GPUs that answer GPU-is-lost to every call on their handle (the handle still opens)."""
         for name in dump["devices"][0]["gpuInstanceProfiles"]:
             setattr(self, name, name)
 
@@ -61,6 +66,8 @@ class FakeNvml:
         return value
 
     def _dev(self, handle: int) -> dict[str, Any]:
+        if handle in self.lost:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
         return self.dump["devices"][handle]  # type: ignore[no-any-return]
 
     def nvmlInit(self) -> None:
@@ -151,7 +158,8 @@ class FakeNvml:
         return self._answer("nvmlEventSetCreate", "set")  # type: ignore[no-any-return]
 
     def nvmlDeviceRegisterEvents(self, handle: int, mask: int, event_set: str) -> None:
-        self._answer("nvmlDeviceRegisterEvents", None)
+        self._dev(handle)
+        self._answer("nvmlDeviceRegisterEvents", self.refuse_events.get(handle))
 
     def nvmlEventSetWait(self, event_set: str, timeout_ms: int) -> Any:
         if self.events:
@@ -263,6 +271,57 @@ def test_only_xid_events_count_and_they_stick(load_dump_fixture: Load, tmp_path:
     finally:
         backend.close()
     assert not any(t.name == "nvml-xid-events" and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("error", sorted(ERRORS))
+def test_a_gpu_that_refuses_xid_registration_has_its_xids_unknown_not_zero(
+    load_dump_fixture: Load, tmp_path: Path, error: str
+) -> None:
+    """Refused registration (NotSupported, any NVML error): the agent did not watch, so it must not
+    say "no XIDs"; the other GPUs are still watched and the agent keeps running."""
+    fake = FakeNvml(load_dump_fixture("hgx-h100-8gpu"))
+    fake.refuse_events[2] = ERRORS[error]
+    backend = NvmlBackend(infiniband_root=tmp_path / "none", nvml=fake, watch_events=True)
+    try:
+        readings = parse_dump(backend.read())
+        status = build_status(readings, now=NOW)
+        unknown = {u.what: u.reason for u in status.unknown}
+        assert unknown["gpu2.xidEvents"].startswith(str(ERRORS[error]["error"])), unknown
+        assert [w for w in unknown if w.endswith(".xidEvents")] == ["gpu2.xidEvents"]
+        assert readings.gpus[2].xid_counts is None and readings.gpus[3].xid_counts == {}
+        assert status.gpus[2].health.healthy  # unknown, as every unknown reading: not unhealthy
+        metrics = AgentMetrics()
+        metrics.observe("n1", readings, {g.index: g.health.healthy for g in status.gpus})
+        assert metrics.registry.get_sample_value("kubegang_agent_unknown_readings", {"node": "n1"}) == len(unknown)
+
+        fake.events.append(SimpleNamespace(eventType=8, eventData=79, device=3))
+        deadline = time.monotonic() + 5
+        while backend.read()["devices"][3]["XidEvents"] != {"79": 1} and time.monotonic() < deadline:
+            time.sleep(0.02)
+        dump = backend.read()
+        assert dump["devices"][3]["XidEvents"] == {"79": 1}
+        assert "error" in dump["devices"][2]["XidEvents"]
+    finally:
+        backend.close()
+
+
+def test_a_gpu_that_answers_gpu_is_lost_is_unhealthy(load_dump_fixture: Load, tmp_path: Path) -> None:
+    """NVML_ERROR_GPU_IS_LOST is a verdict on the GPU (fallen off the bus), not a refused reading:
+    the GPU is unhealthy, named in GPUHealthy, and not counted among the healthy GPUs placement uses."""
+    fake = FakeNvml(load_dump_fixture("hgx-h100-8gpu"))
+    fake.lost.add(4)
+    backend = NvmlBackend(infiniband_root=tmp_path / "none", nvml=fake, watch_events=True)
+    try:
+        status = build_status(parse_dump(backend.read()), now=NOW)
+    finally:
+        backend.close()
+    assert [g.index for g in status.gpus if not g.health.healthy] == [4]
+    assert status.healthy_gpus == 7
+    assert any("GPU is lost" in reason for reason in status.gpus[4].health.reasons), status.gpus[4].health
+    healthy = next(c for c in status.conditions if c.type == "GPUHealthy")
+    assert (healthy.status, healthy.reason) == ("False", "UnhealthyGPUs")
+    assert "gpu 4: GPU is lost" in healthy.message
+    assert any(u.what == "gpu4.temperature" and "GpuIsLost" in u.reason for u in status.unknown)
 
 
 def test_plain_converts_ctypes_structures() -> None:

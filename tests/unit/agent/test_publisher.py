@@ -4,7 +4,7 @@ survives API errors. The sink is a recorder (the unit under test is the publishe
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from kubegang.agent._kube import GPUNodeMissing
 from kubegang.agent._metrics import AgentMetrics
 from kubegang.agent._publisher import NodePublisher, PollResult
 from kubegang.agent._settings import AgentSettings
+from kubegang.api import Condition
 
 Load = Callable[[str], dict[str, Any]]
 
@@ -30,9 +31,12 @@ class RecordingSink:
             self.fail_next.remove(kind)
             raise RuntimeError(f"API server said no ({kind})")
 
-    async def create_gpunode(self, name: str) -> None:
+    async def create_gpunode(self, name: str) -> Sequence[Condition]:
+        """As the API server would: an existing GPUNode keeps its status, and its conditions are
+        what a publisher that starts must carry on from."""
         self.calls.append(("create", name))
-        self.objects.setdefault(name, {})
+        status = self.objects.setdefault(name, {}).get("status") or {}
+        return [Condition.model_validate(c) for c in status.get("conditions") or ()]
 
     async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
         self.calls.append(("status", name))
@@ -127,6 +131,39 @@ async def test_writes_once_then_only_on_change(load_dump_fixture: Load) -> None:
     assert healthy["status"] == "False" and healthy["lastTransitionTime"] == "2026-01-01T00:01:00Z"
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # unchanged condition keeps its time
+
+
+async def test_a_publisher_that_starts_keeps_the_transition_times_the_gpunode_shows(load_dump_fixture: Load) -> None:
+    """An agent restart: the new publisher has no memory, but a condition whose status did not
+    change keeps the lastTransitionTime already published; one that changed gets the new time."""
+    sink, clock = RecordingSink(), Clock()
+    first, _backend = publisher(load_dump_fixture("gb200-nvl72-tray"), sink, clock)
+    await first.poll_once()
+    before = {c["type"]: c for c in sink.objects["n1"]["status"]["conditions"]}
+    assert before["GPUHealthy"]["status"] == "True"
+
+    clock.t += 3600  # the agent restarts an hour later; meanwhile GPU 2 had a fatal XID
+    dump = load_dump_fixture("gb200-nvl72-tray")
+    dump["devices"][2]["XidEvents"] = {"79": 1}
+    restarted, _backend = publisher(dump, sink, clock)
+    assert (await restarted.poll_once()).status_written
+    after = {c["type"]: c for c in sink.objects["n1"]["status"]["conditions"]}
+    for type_ in ("Ready", "NVLinkFabric"):
+        assert after[type_]["status"] == before[type_]["status"]
+        assert after[type_]["lastTransitionTime"] == before[type_]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert after["GPUHealthy"]["status"] == "False"
+    assert after["GPUHealthy"]["lastTransitionTime"] == "2026-01-01T01:00:00Z"
+
+    clock.t += 10  # and the publisher goes on from what it wrote
+    assert not (await restarted.poll_once()).status_written
+    backend = restarted.backend
+    assert isinstance(backend, MutableBackend)
+    backend.dump["devices"][2]["XidEvents"] = {}
+    clock.t += 10
+    assert (await restarted.poll_once()).status_written
+    final = {c["type"]: c for c in sink.objects["n1"]["status"]["conditions"]}
+    assert final["GPUHealthy"]["lastTransitionTime"] == "2026-01-01T01:00:20Z"
+    assert final["Ready"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
 
 
 async def test_losing_the_domain_removes_the_labels_and_nulls_the_status(load_dump_fixture: Load) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from kubegang._flags import port_or_zero
 from kubegang.api.gpunode import GPUNode
 from kubegang.authn import add_serving_flags, kube_review_api, serving_from_args
 
@@ -54,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--poll-interval", type=float, default=10.0, help="seconds between readings (10)")
     tune.add_argument("--resync-interval", type=float, default=300.0, help="seconds between forced writes (300)")
     tune.add_argument("--metrics-host", default="0.0.0.0", help="metrics/health listen address")
-    tune.add_argument("--metrics-port", type=int, default=9402, help="metrics/health port; 0 disables (9402)")
+    tune.add_argument("--metrics-port", type=port_or_zero, default=9402, help="metrics/health port; 0 disables (9402)")
     add_serving_flags(tune)
     tune.add_argument("--infiniband-root", type=Path, default=DEFAULT_ROOT, help="sysfs InfiniBand class")
     tune.add_argument(

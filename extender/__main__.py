@@ -10,6 +10,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from kubegang._flags import check_ca, check_cert_and_key, port
 from kubegang.authn import add_serving_flags
 from kubegang.extender._runtime import run_extender
 from kubegang.extender._settings import ExtenderSettings
@@ -31,11 +32,11 @@ def _parser() -> argparse.ArgumentParser:
                         "then get without a restart")
     p.add_argument("--kubeconfig", default=None, help="kubeconfig path (default: in-cluster / $KUBECONFIG)")
     p.add_argument("--https-address", default=defaults["https_address"])
-    p.add_argument("--https-port", type=int, default=defaults["https_port"], help="scheduler verbs port")
+    p.add_argument("--https-port", type=port, default=defaults["https_port"], help="scheduler verbs port")
     p.add_argument("--grpc-address", default=defaults["grpc_address"])
-    p.add_argument("--grpc-port", type=int, default=defaults["grpc_port"], help="Placement gRPC port")
+    p.add_argument("--grpc-port", type=port, default=defaults["grpc_port"], help="Placement gRPC port")
     p.add_argument("--health-address", default=defaults["health_address"])
-    p.add_argument("--health-port", type=int, default=defaults["health_port"], help="health/metrics port")
+    p.add_argument("--health-port", type=port, default=defaults["health_port"], help="health/metrics port")
     add_serving_flags(p)
     p.add_argument("--max-body-bytes", type=int, default=defaults["max_body_bytes"])
     p.add_argument("--reservation-ttl-seconds", type=float, default=defaults["reservation_ttl_seconds"])
@@ -74,12 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    for path in (settings.tls_cert, settings.tls_key, settings.client_ca):
-        if not path.is_file():
-            print(f"kubegang-extender: {path} does not exist or is not a file", file=sys.stderr)
-            return 2
-    try:
-        settings.serving  # noqa: B018 - checks the metrics certificate flags before anything starts
+    try:  # every file is checked before anything is served
+        check_cert_and_key("--tls-cert", settings.tls_cert, "--tls-key", settings.tls_key)
+        check_ca("--client-ca", settings.client_ca)
+        settings.serving  # noqa: B018 - checks the metrics certificate flags
     except ValueError as exc:
         print(f"kubegang-extender: {exc}", file=sys.stderr)
         return 2

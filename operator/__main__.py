@@ -10,9 +10,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kubegang._flags import check_ca, check_cert_and_key, port_or_zero
 from kubegang.authn import add_serving_flags, serving_from_args
 from kubegang.operator._metrics_server import start_metrics
-from kubegang.operator._run import run
+from kubegang.operator._run import WatchesEnded, run
 from kubegang.operator._settings import OperatorSettings
 from kubegang.operator._standby import LostLeadership
 from kubegang.quota import DEFAULT_PLANNED_RESERVE_AFTER_SECONDS, DEFAULT_RESERVE_AFTER_SECONDS
@@ -60,9 +61,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", type=Path, help="client certificate (overrides --tls-dir)")
     p.add_argument("--tls-key", type=Path, help="client private key (overrides --tls-dir)")
     p.add_argument("--tls-server-name", help="name to verify in the extender's certificate")
-    p.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port; 0 disables")
+    p.add_argument("--metrics-port", type=port_or_zero, default=8080, help="Prometheus /metrics port; 0 disables")
     add_serving_flags(p)
-    p.add_argument("--health-port", type=int, default=0,
+    p.add_argument("--health-port", type=port_or_zero, default=0,
                    help="liveness /healthz port, served on the event loop (a hung loop fails it); 0 disables")
     p.add_argument("--leader-election", type=_on_off, default=True, metavar="on|off", help="campaign for the Lease")
     p.add_argument("--identity", help="holderIdentity in the Lease (default: hostname)")
@@ -137,6 +138,22 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
     )
 
 
+def check_tls_files(args: argparse.Namespace, settings: OperatorSettings) -> None:
+    """Refuse (ValueError naming the flag and the file) TLS files the extender's client could not use.
+
+    A file taken from ``--tls-dir`` is named as that flag's; all three are needed (mTLS only).
+    """
+    flags: dict[str, str] = {}
+    for name in ("tls-ca", "tls-cert", "tls-key"):
+        given = getattr(args, name.replace("-", "_")) is not None
+        flags[name] = f"--{name}" if given or args.tls_dir is None else "--tls-dir"
+        if getattr(settings, name.replace("-", "_")) is None:
+            raise ValueError(f"--{name}: not given, nor --tls-dir (the extender accepts mTLS only)")
+    assert settings.tls_ca and settings.tls_cert and settings.tls_key
+    check_ca(flags["tls-ca"], settings.tls_ca)
+    check_cert_and_key(flags["tls-cert"], settings.tls_cert, flags["tls-key"], settings.tls_key)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     args = parser().parse_args(argv)
@@ -148,9 +165,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for noisy in ("httpx2", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = settings_from_args(args)
+    try:  # every file is checked before anything is served
+        check_tls_files(args, settings)
+        serving = serving_from_args(args)
+    except ValueError as exc:
+        print(f"kubegang-operator: {exc}", file=sys.stderr)
+        return 2
     try:
         if settings.metrics_port:
-            start_metrics(settings.metrics_port, serving_from_args(args), settings.kubeconfig)
+            start_metrics(settings.metrics_port, serving, settings.kubeconfig)
     except (ValueError, OSError) as exc:
         print(f"kubegang-operator: metrics on port {settings.metrics_port}: {exc}", file=sys.stderr)
         return 2
@@ -159,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"kubegang-operator: {exc}", file=sys.stderr)
         return 2
+    except WatchesEnded as exc:
+        print(f"kubegang-operator: {exc}; exiting", file=sys.stderr)
+        return 1
     except LostLeadership as exc:
         # As client-go's leaders do: exit, and let the Deployment start a fresh standby.
         print(f"kubegang-operator: {exc}; exiting", file=sys.stderr)

@@ -95,6 +95,10 @@ def stop_on_signals(stop: asyncio.Event) -> None:
             loop.add_signal_handler(sig, stop.set)
 
 
+class WatchesEnded(RuntimeError):
+    """The cache feed stopped following the cluster (a bug: every failure it meets is retried)."""
+
+
 async def first_of(*waits: Awaitable[object]) -> None:
     """Return when the first of ``waits`` is done; the others are cancelled."""
     tasks = [asyncio.ensure_future(w) for w in waits]
@@ -170,8 +174,16 @@ async def run(settings: OperatorSettings) -> None:
             await first_of(stand_by(elector), stop.wait())
             if stop.is_set():
                 return
-            background.append(asyncio.create_task(feed.run(), name="kubegang-watches"))
-            await first_of(until_lost(elector), stop.wait())
+            watches = asyncio.create_task(feed.run(), name="kubegang-watches")
+            background.append(watches)
+            await first_of(until_lost(elector), stop.wait(), asyncio.wait({watches}))
+            if watches.done() and not stop.is_set():
+                # A leader whose cache no longer follows the cluster admits on what it saw last, or,
+                # before its first lists, holds the Lease and admits nothing: exit (status 1), so that
+                # a standby takes over and this replica starts afresh.
+                exit_after(EXIT_GRACE_SECONDS, 1)
+                error = None if watches.cancelled() else watches.exception()
+                raise WatchesEnded(f"{settings.identity}: the watches ended ({error!r})")
             if not stop.is_set():
                 exit_after(EXIT_GRACE_SECONDS, 1)
                 raise LostLeadership(f"{settings.identity} lost the Lease")

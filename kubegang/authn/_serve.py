@@ -28,6 +28,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from kubegang._flags import check_cert_and_key
 from kubegang.authn._review import DEFAULT_ALLOWED_TTL, RequestAuthorizer, ReviewApi, Verdict
 from kubegang.tls import files_stamp
 
@@ -62,9 +63,8 @@ class SecureServing:
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
             raise ValueError("--metrics-tls-cert and --metrics-tls-key: give both, or neither")
-        for path in (self.cert, self.key):
-            if path is not None and not path.is_file():
-                raise ValueError(f"--metrics-tls-cert/--metrics-tls-key: {path} does not exist or is not a file")
+        if self.cert is not None and self.key is not None:  # refused at start, not at the first handshake
+            check_cert_and_key("--metrics-tls-cert", self.cert, "--metrics-tls-key", self.key)
 
     @property
     def checked(self) -> bool:

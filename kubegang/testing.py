@@ -38,3 +38,16 @@ def free_port() -> int:
         _PICKED.add(port)
         return port
     raise RuntimeError(f"no free loopback port found in 10000..{low - 1}")
+
+
+def unanswered_kubeconfig(path: Path) -> Path:
+    """Write a kubeconfig whose API server (a free loopback port) nobody answers, with a static token:
+    a process gets as far as its own start-up checks and its token-less requests."""
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    return path

@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
-import yaml
 from cryptography.hazmat.primitives import serialization
 
 from kubegang._flags import check_ca, check_cert_and_key, port, port_or_zero
@@ -27,7 +26,7 @@ from kubegang.extender.__main__ import main as extender_main
 from kubegang.extender.__main__ import settings_from_args as extender_settings
 from kubegang.operator.__main__ import main as operator_main
 from kubegang.operator.__main__ import parser as operator_parser
-from kubegang.testing import free_port
+from kubegang.testing import free_port, unanswered_kubeconfig
 from kubegang.tls import PemPaths, make_ca, make_leaf, write_pki
 
 Main = Callable[[Sequence[str]], int]
@@ -57,13 +56,7 @@ def other_key(tmp_path: Path) -> Path:
 @pytest.fixture
 def kubeconfig(tmp_path: Path) -> Path:
     """A kubeconfig whose API server nobody answers: a process gets as far as loading its TLS files."""
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
-    return path
+    return unanswered_kubeconfig(tmp_path / "kubeconfig")
 
 
 def _extender(pki: PemPaths, kubeconfig: Path, *extra: str) -> list[str]:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-import yaml
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
@@ -16,18 +15,12 @@ from kubegang.agent._server import make_app, start_server
 from kubegang.authn import MetricsAuth, SecureServing, add_serving_flags, serving_from_args
 from kubegang.operator.__main__ import parser as operator_parser
 from kubegang.operator._metrics_server import start_metrics
-from kubegang.testing import free_port
+from kubegang.testing import free_port, unanswered_kubeconfig
 
 
 def _kubeconfig(tmp_path: Path) -> str:
     """A kubeconfig whose API server nobody answers: only token-less requests are made."""
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
-    return str(path)
+    return str(unanswered_kubeconfig(tmp_path / "kubeconfig"))
 
 
 async def test_operator_metrics_are_https_and_refuse_a_scrape_without_a_token(tmp_path: Path) -> None:

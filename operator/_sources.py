@@ -403,10 +403,10 @@ class SourceBridge:
 
         A RayCluster is only suspended: KubeRay then deletes every pod of it. Deleting its pinned
         workers as well would race KubeRay, which, before it sees the suspension, makes new workers
-        for the deleted ones; those are deleted a moment later, never seen by its informer, and its
-        worker group then waits for them for 30 s (KubeRay's scale expectations) and reconciles again
-        only at its next periodic requeue (5 min): a cluster preempted and admitted again soon after
-        stayed without workers for minutes.
+        for the deleted ones and deletes those a moment later. Its scale expectations wait for each pod
+        it made to be found, which a deleted one never is, so its worker group waits out their 30 s
+        timeout and is reconciled again only at its next periodic requeue (5 min): a cluster preempted
+        and admitted again soon after stayed without workers for minutes.
         """
         source = job.spec.pod_source
         if source is None:

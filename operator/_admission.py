@@ -161,6 +161,10 @@ class Admission:
         for job in self.cache.holding():
             # An admission is a fact even if a lowered quota would refuse it today: record, not admit.
             self.quota.record(job)
+        for queue in self.cache.queues:
+            # At 0 before the queue's first admission: a counter that appears at 1 shows no increase(),
+            # and KubegangQueueStarving would read a queue that just admitted as one that did not.
+            metrics.JOBS_ADMITTED.labels(queue)
         self.cache.queues_changed = False
         self.cycle.tree_changed()
         return problems
@@ -500,10 +504,6 @@ class Admission:
         for job in pending:
             counts[job.queue] = counts.get(job.queue, 0) + 1
         metrics.QUEUE_PENDING_JOBS.export(counts)
-        for queue in self.cache.queues:
-            # At 0 before the queue's first admission: a counter that appears at 1 shows no increase(),
-            # and KubegangQueueStarving would read a queue that just admitted as one that did not.
-            metrics.JOBS_ADMITTED.labels(queue)
 
 
 def _admitted_message(job: JobView, placement: Placement) -> str:

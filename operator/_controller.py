@@ -85,11 +85,15 @@ def queue_status(cache: ClusterCache, quota: QuotaPort,
 
     pending: dict[str, int] = dict.fromkeys(cache.queues, 0)
     admitted: dict[str, int] = dict.fromkeys(cache.queues, 0)
+    # The metric counts each queue's own jobs, as kubegang_queue_pending_jobs does (a sum over queues
+    # counts every job once); the status counts a parent's whole subtree.
+    own: dict[str, int] = dict.fromkeys(cache.queues, 0)
     for job in cache.pending():
         for name in up(job.queue):
             if name in pending:
                 pending[name] += 1
     for job in cache.holding():
+        own[job.queue] = own.get(job.queue, 0) + 1
         for name in up(job.queue):
             if name in admitted:
                 admitted[name] += 1
@@ -108,11 +112,6 @@ def queue_status(cache: ClusterCache, quota: QuotaPort,
             "fairShare": round(u.fair_share, 6) if u else 0.0,
             **_standing(body, quota.left_out.get(name), (written or {}).get(name)),
         }
-    # The metric counts each queue's own jobs, as kubegang_queue_pending_jobs does (a sum over queues
-    # counts every job once); the status above counts a parent's whole subtree.
-    own: dict[str, int] = dict.fromkeys(cache.queues, 0)
-    for job in cache.holding():
-        own[job.queue] = own.get(job.queue, 0) + 1
     metrics.QUEUE_ADMITTED_JOBS.export(own)
     return out
 

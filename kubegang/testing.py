@@ -9,6 +9,8 @@ import random
 import socket
 from pathlib import Path
 
+import yaml
+
 _PICKED: set[int] = set()
 
 
@@ -43,8 +45,6 @@ def free_port() -> int:
 def unanswered_kubeconfig(path: Path) -> Path:
     """Write a kubeconfig whose API server (a free loopback port) nobody answers, with a static token:
     a process gets as far as its own start-up checks and its token-less requests."""
-    import yaml
-
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
         "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],

@@ -20,6 +20,7 @@ from lightkube.generic_resource import create_global_resource, create_namespaced
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.scheduling_v1 import PriorityClass
 
+from kubegang._flags import check_ca, check_cert_and_key
 from kubegang.kubectl._objects import ClusterObjects
 
 GPUJob = create_namespaced_resource("kubegang.io", "v1alpha1", "GPUJob", "gpujobs")
@@ -137,6 +138,13 @@ def fetch_extender_snapshot(url: str, tls_dir: Path, timeout: float = 10.0,
     if missing or pair is None:
         raise ClusterError(f"--tls-dir {tls_dir}: missing {', '.join(missing)}")
     files["client.crt"], files["client.key"] = pair
+    try:
+        # Checked as the processes check theirs: a file that is not PEM, or a key that is not the
+        # certificate's, is one line naming it, not an ssl traceback.
+        check_ca("--tls-dir", files["ca.crt"])
+        check_cert_and_key("--tls-dir", files["client.crt"], "--tls-dir", files["client.key"])
+    except ValueError as exc:
+        raise ClusterError(str(exc)) from None
     headers = {}
     if token_file is not None:
         try:

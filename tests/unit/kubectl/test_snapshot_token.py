@@ -76,3 +76,19 @@ async def test_the_chart_secrets_layout_and_a_port_forward_by_another_name(tmp_p
             await asyncio.to_thread(fetch_extender_snapshot, url, secret, token_file=tmp_path / "ops")
     finally:
         await site.close()
+
+
+def test_tls_files_that_are_not_pem_or_do_not_match_are_named(tmp_path: Path) -> None:
+    """The files of --tls-dir are checked as the processes check theirs (``kubegang._flags``) before a
+    connection is tried: one line naming the file, not an ssl traceback."""
+    pki = write_pki(tmp_path / "pki")
+    folder = pki.ca_cert.parent
+    (folder / "ca.crt").write_text("not a certificate\n")
+    with pytest.raises(ClusterError, match=r"--tls-dir: .*ca\.crt holds no PEM certificate"):
+        fetch_extender_snapshot("https://127.0.0.1:1", folder)
+    other = write_pki(tmp_path / "other")
+    (folder / "ca.crt").write_bytes(other.ca_cert.read_bytes())
+    (folder / "client.key").write_bytes((other.ca_cert.parent / "client.key").read_bytes())
+    mismatch = r"--tls-dir: .*client\.key is not the private key of --tls-dir .*client\.crt"
+    with pytest.raises(ClusterError, match=mismatch):
+        fetch_extender_snapshot("https://127.0.0.1:1", folder)

@@ -187,7 +187,9 @@ async def test_the_middleware_answers_401_403_503_and_serves_the_allowed(registr
                 assert "may not get /metrics" in await resp.text()
             async with s.get(f"{base}/metrics", headers={"Authorization": "Bearer prom-token"}) as resp:
                 assert resp.status == 200
-                assert "kubegang_test_scrapes_total 1.0" in await resp.text()
+                text = await resp.text()
+                assert "kubegang_test_scrapes_total 1.0" in text
+                assert "_created" not in text  # no second series per counter that nothing reads
             async with s.get(f"{base}/healthz") as resp:  # kubelet probes carry no token
                 assert resp.status == 200
             api.down = True

@@ -248,6 +248,8 @@ async def test_a_backend_whose_version_stands_still_is_not_read_until_a_write_is
         clock.t += 10
         assert await pub.poll_once() == PollResult(False, False)
     assert backend.reads == 1 and pub.last_poll == clock.t
+    # The poll histogram counts reads (docs/metrics.md): five polls that read nothing are no sample.
+    assert pub._metrics.registry.get_sample_value("kubegang_agent_poll_duration_seconds_count", {}) == 1
 
     clock.t += 10  # the data changed: read, and write what the GPUNode shows
     backend.dump["devices"][2]["XidEvents"] = {"79": 1}

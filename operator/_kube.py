@@ -5,7 +5,10 @@ background lane, so a burst of 500 jobs cannot flood the API server and reports 
 decisions; idempotence lives here too: AlreadyExists on create and NotFound on delete are success,
 which is what lets a new leader redo a half-finished step safely. Every write first asks the
 leader's ``fence`` (``LeaderElector.holds``), right before it is sent: a replica past its renew
-deadline writes nothing (``NotLeading``).
+deadline writes nothing (``NotLeading``). A write still in flight when the deadline comes (an API
+server that takes seconds to answer under load) is abandoned then, which closes its connection and so
+cancels the request on the API server if it has not been applied yet: without it a deposed leader's
+write could be applied after the new leader took over, bounded only by the client's timeout.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -22,7 +26,7 @@ from kubegang.operator import _metrics as metrics
 from kubegang.operator._conditions import now_rfc3339
 from kubegang.operator._job import JobView
 from kubegang.operator._leader import NotLeading
-from kubegang.restclient import MERGE_PATCH, ApiStatusError, RestClient, rest_client
+from kubegang.restclient import JSON, MERGE_PATCH, ApiStatusError, RestClient, rest_client
 
 log = logging.getLogger("kubegang.operator.kube")
 
@@ -129,6 +133,9 @@ class KubeApi:
         self.instance = f"{component}-{uuid.uuid4().hex[:8]}"
         self.fence = fence
         """Whether this replica may write now (the leader's renew deadline); checked before each call."""
+        self.time_left: Callable[[], float] = lambda: math.inf
+        """Seconds until the fence may close (``LeaderElector.time_left``): when a call is still under
+        way then, the fence is asked again, and the call abandoned if it closed."""
 
     def _fenced(self, what: str) -> None:
         if not self.fence():
@@ -157,11 +164,32 @@ class KubeApi:
     async def _post(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
         namespace = str((manifest.get("metadata") or {}).get("namespace") or "")
         path = object_path(str(manifest.get("kind")), namespace) + f"?fieldManager={FIELD_MANAGER}"
-        return await self.client.request("POST", path, manifest, before_retry=self._retry_fenced)
+        return await self._request("POST", path, manifest)
 
     async def _merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return await self.client.request("PATCH", path + f"?fieldManager={FIELD_MANAGER}", body,
-                                         content_type=MERGE_PATCH, before_retry=self._retry_fenced)
+        return await self._request("PATCH", path + f"?fieldManager={FIELD_MANAGER}", body, content_type=MERGE_PATCH)
+
+    async def _request(self, method: str, path: str, body: Mapping[str, Any] | None = None, *,
+                       content_type: str = JSON) -> dict[str, Any]:
+        """One call, in flight only while the fence is open: at the renew deadline a call not yet
+        answered is cancelled (``NotLeading``), unless a renewal moved the deadline meanwhile."""
+        call = asyncio.ensure_future(self.client.request(method, path, body, content_type=content_type,
+                                                         before_retry=self._retry_fenced))
+        try:
+            while True:
+                left = self.time_left()
+                done, _ = await asyncio.wait({call}, timeout=None if math.isinf(left) else max(left, 0.05))
+                if done:
+                    return call.result()
+                if not self.fence():
+                    call.cancel()
+                    await asyncio.gather(call, return_exceptions=True)
+                    metrics.FENCED_WRITES.inc()
+                    raise NotLeading(f"not leading any more: {method} {path} abandoned in flight")
+        finally:
+            if not call.done():  # this caller was cancelled (the replica stops, a creation is undone)
+                call.cancel()
+                await asyncio.gather(call, return_exceptions=True)
 
     def _retry_fenced(self) -> None:
         """A write the API server asked to be sent again goes only while this replica may still write."""
@@ -171,8 +199,7 @@ class KubeApi:
         await self.limiter.acquire()
         async with self._sending(f"delete {kind} {namespace}/{name}"):
             try:
-                await self.client.request("DELETE", object_path(kind, namespace, name),
-                                          before_retry=self._retry_fenced)
+                await self._request("DELETE", object_path(kind, namespace, name))
             except ApiStatusError as exc:
                 if exc.code != 404:
                     raise

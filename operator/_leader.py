@@ -25,6 +25,7 @@ import asyncio
 import dataclasses
 import datetime as dt
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -115,6 +116,13 @@ class LeaderElector:
             return True
         self._step_down("renew deadline passed")
         return False
+
+    def time_left(self) -> float:
+        """Seconds until the renew deadline of the last successful renewal (0 when not leading): how
+        long a write sent now may stay in flight (``KubeApi``)."""
+        if not self.leading.is_set():
+            return 0.0
+        return max(0.0, self._valid_until - self.monotonic())
 
     def _step_down(self, why: str) -> None:
         if self.leading.is_set():
@@ -238,6 +246,10 @@ class AlwaysLeader:
     def holds(self) -> bool:
         """Always True."""
         return True
+
+    def time_left(self) -> float:
+        """No deadline."""
+        return math.inf
 
     async def run(self) -> None:
         """Nothing to campaign for."""

@@ -150,6 +150,7 @@ async def run(settings: OperatorSettings) -> None:
     else:
         elector = AlwaysLeader()
     kube.fence = elector.holds  # every write checks the renew deadline right before it is sent
+    kube.time_left = elector.time_left  # and is abandoned in flight at that deadline
 
     feed = CacheFeed(watch_client, cache, namespaces=settings.watch_namespaces)
 

@@ -64,3 +64,29 @@ async def test_a_call_that_waited_for_its_turn_is_fenced_when_it_goes_out() -> N
     with pytest.raises(NotLeading):
         await waiting
     assert client.sent == 1
+
+
+async def test_a_call_still_in_flight_at_the_renew_deadline_is_abandoned_unless_the_lease_was_renewed() -> None:
+    """A deposed leader's write must not land after the new leader took over: at the deadline a call not
+    yet answered is cancelled (its connection closed, which cancels it on the API server too). A renewal
+    meanwhile moves the deadline, and the call goes on."""
+    client = SlowClient()
+    deadline = [asyncio.get_running_loop().time() + 0.1]
+
+    def time_left() -> float:
+        return max(0.0, deadline[0] - asyncio.get_running_loop().time())
+
+    kube = KubeApi(client, RateLimiter(qps=10_000, burst=1_000),  # type: ignore[arg-type]
+                   fence=lambda: time_left() > 0)
+    kube.time_left = time_left
+    with pytest.raises(NotLeading, match="abandoned in flight"):
+        await asyncio.wait_for(kube.create(pod(0)), 10)  # the API server never answers
+    assert client.under_way == 0 and client.sent == 1
+
+    deadline[0] = asyncio.get_running_loop().time() + 0.1
+    call = asyncio.create_task(kube.create(pod(1)))
+    for _ in range(3):  # renewed every 0.05 s, as the elector renews well inside its deadline
+        await asyncio.sleep(0.05)
+        deadline[0] = asyncio.get_running_loop().time() + 0.1
+    client.release.set()
+    assert await asyncio.wait_for(call, 10)

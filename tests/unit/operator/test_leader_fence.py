@@ -101,9 +101,10 @@ async def test_the_leader_stops_at_its_renew_deadline_before_a_standby_may_take_
     assert not await standby.try_acquire_or_renew()   # standby first sees the record now
     store.down = True                                  # the leader's renewals fail from here on
     clocks.advance(9.9)
-    assert leader.holds()
+    assert leader.holds() and leader.time_left() == pytest.approx(0.1)  # how long a write may be in flight
     clocks.advance(0.1)
     assert not leader.holds() and not leader.leading.is_set()   # 10 s after its last renewal: fenced
+    assert leader.time_left() == 0
     store.down = False
     clocks.advance(4.9)
     assert not await standby.try_acquire_or_renew()   # 14.9 s unchanged: not yet

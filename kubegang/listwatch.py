@@ -33,6 +33,13 @@ log = logging.getLogger("kubegang.listwatch")
 
 WATCH_TIMEOUT_SECONDS = 300
 """Server-side watch timeout; the stream is reopened (from the last version) when it ends."""
+WATCH_READ_TIMEOUT_SECONDS = 90.0
+"""The longest silence a watch stream may keep before it is taken as broken and reopened from the last
+version. The API server's watch cache sends a bookmark to a watch that asked for them about every
+minute (``defaultBookmarkFrequency`` in k8s.io/apiserver's cacher), so a live stream is never silent
+this long; a connection that died without a FIN or RST (a node or a load balancer gone) is then
+noticed in 90 s, not at the end of the server-side timeout (``WATCH_TIMEOUT_SECONDS`` + 30 s), and
+counts as failing (``Reflector.stale_for``) meanwhile, where the extender's readiness can see it."""
 LIST_PAGE_SIZE = 500
 """Objects per list page."""
 NOT_SERVED_RETRY_SECONDS = 5.0
@@ -149,6 +156,8 @@ class Reflector:
     restarted: Restarted | None = None
     not_served_retry_seconds: float = NOT_SERVED_RETRY_SECONDS
     known: dict[str, dict[str, Any]] = field(default_factory=dict)
+    read_timeout_seconds: float = WATCH_READ_TIMEOUT_SECONDS
+    """How long a watch stream may be silent (``WATCH_READ_TIMEOUT_SECONDS``)."""
     resume_from: str = ""
     """The last resourceVersion the current watch delivered (events and bookmarks)."""
     failing_since: float | None = None
@@ -199,7 +208,7 @@ class Reflector:
                                              "timeoutSeconds": WATCH_TIMEOUT_SECONDS})
         if rv:
             params["resourceVersion"] = rv
-        timeout = httpx2.Timeout(30.0, read=WATCH_TIMEOUT_SECONDS + 30.0)
+        timeout = httpx2.Timeout(30.0, read=self.read_timeout_seconds)
         async with self.client.stream("GET", self.collection.path, params=params, timeout=timeout) as resp:
             if resp.status_code == 410:
                 raise Gone(self.collection.name)

@@ -142,3 +142,59 @@ async def test_a_watch_that_closes_at_once_with_nothing_in_it_is_retried_after_a
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert 2 <= watches <= 50  # about 0.05 s apart (jittered); reconnecting at once made thousands a second
+
+
+async def test_a_silent_watch_stream_is_taken_as_broken_and_reopened_from_its_last_version() -> None:
+    """A connection that died without a FIN or RST keeps a stream silent for ever; the API server sends a
+    live stream a bookmark about every minute, so silence past the read timeout is a failure: counted
+    as one (``stale_for``) and reopened from the last version delivered. A real loopback server, since
+    the timeout is the transport's."""
+    import asyncio
+
+    from aiohttp import web
+
+    versions: list[str] = []
+    failing_when_reopened: list[bool] = []
+    reopened = asyncio.Event()
+    reflectors: list[Reflector] = []
+
+    async def watch(request: web.Request) -> web.StreamResponse:
+        versions.append(request.query["resourceVersion"])
+        if len(versions) > 1:
+            failing_when_reopened.append(reflectors[0].failing_since is not None)
+            reopened.set()
+        response = web.StreamResponse()
+        await response.prepare(request)
+        await response.write(json.dumps({"type": "MODIFIED", "object": _node("a", "12")}).encode() + b"\n")
+        await asyncio.sleep(30)  # then silence, as a dead peer
+        return response
+
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes", watch)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    client = httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}")
+    reflector = Reflector(client, Collection("nodes", "/api/v1/nodes", name_of), lambda kind, obj: None,
+                          backoff=_fast, read_timeout_seconds=0.3)
+    reflectors.append(reflector)
+    task = asyncio.create_task(reflector.follow("11"))
+    try:
+        await asyncio.wait_for(reopened.wait(), 10)
+        assert failing_when_reopened[0]  # counted as failing until the reopened stream delivers
+        assert versions[:2] == ["11", "12"]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await client.aclose()
+        await runner.cleanup()
+
+
+async def test_the_read_timeout_outlasts_the_api_servers_bookmark_period() -> None:
+    from kubegang.listwatch import WATCH_READ_TIMEOUT_SECONDS, WATCH_TIMEOUT_SECONDS
+
+    # Bookmarks come about every 60 s (k8s.io/apiserver's defaultBookmarkFrequency); the stream's own
+    # server-side end comes with a bookmark 2 s before it.
+    assert 60 < WATCH_READ_TIMEOUT_SECONDS < WATCH_TIMEOUT_SECONDS

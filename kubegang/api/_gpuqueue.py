@@ -97,7 +97,10 @@ class GPUQueueSpec(ApiModel):
     model_config = ConfigDict(
         json_schema_extra=cel_rules(
             cel(
-                "has(self.parent) || self.resources.all(r, !has(r.borrowingLimit) && !has(r.lendingLimit))",
+                # ``has`` first: the schema gives ``resources`` no default, and CEL refuses a missing key
+                # ("no such key"), which turned a root queue without resources into this error.
+                "has(self.parent) || !has(self.resources) "
+                "|| self.resources.all(r, !has(r.borrowingLimit) && !has(r.lendingLimit))",
                 _LIMITS_NEED_PARENT,
                 field_path=".resources",
                 reason="FieldValueForbidden",
@@ -191,7 +194,8 @@ class GPUQueueStatus(ApiModel):
     admitted: int | None = Field(default=None, ge=0)
     """Jobs admitted and not finished."""
     fair_share: float | None = Field(default=None, ge=0)
-    """Dominant share of usage over weight: lower is served first."""
+    """Weighted dominant share (Kueue's): 0 while the queue uses no more than its nominal quota, then
+    what it borrows over its parent's reach, divided by weight; lower is served first."""
     observed_generation: int | None = Field(default=None, ge=0)
     """metadata.generation this status describes."""
     conditions: list[Condition] = Field(default_factory=list, max_length=32, json_schema_extra=CONDITIONS_SCHEMA_EXTRA)

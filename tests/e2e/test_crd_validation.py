@@ -112,3 +112,25 @@ def test_defaults_and_printer_columns(crds: Cluster, namespace: str) -> None:
     assert header == ["NAME", "QUEUE", "PHASE", "REASON", "READY", "REPLICAS", "GPUS", "AGE"]
     by_category = crds.kubectl("get", "kubegang", "-n", namespace, "-o", "name").stdout.split()
     assert f"gpujob.kubegang.io/{job['metadata']['name']}" in by_category
+
+
+def test_every_kind_answers_to_its_short_name_and_category_and_queues_select_by_parent(crds: Cluster) -> None:
+    """docs/api.md: GPUJob `gj`, GPUQueue `gq`, GPUNode `gn`, all three in category `kubegang`; `kubectl get
+    gq --field-selector spec.parent=NAME` lists a parent's children."""
+    rows = crds.kubectl("api-resources", "--api-group=kubegang.io", "--no-headers").stdout.splitlines()
+    short = {row.split()[0]: row.split()[1] for row in rows}
+    assert short == {"gpujobs": "gj", "gpunodes": "gn", "gpuqueues": "gq"}
+    in_category = crds.kubectl("api-resources", "--categories=kubegang", "-o", "name").stdout.split()
+    assert sorted(in_category) == ["gpujobs.kubegang.io", "gpunodes.kubegang.io", "gpuqueues.kubegang.io"]
+    suffix = os.getpid() % 100000
+    parent, child, other = f"crd-e2e-root-{suffix}", f"crd-e2e-leaf-{suffix}", f"crd-e2e-other-{suffix}"
+    queues = [{"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUQueue", "metadata": {"name": name}, "spec": spec}
+              for name, spec in ((parent, {}), (child, {"parent": parent}), (other, {}))]
+    try:
+        crds.apply(queues)
+        selected = crds.kubectl("get", "gq", "--field-selector", f"spec.parent={parent}", "-o", "name").stdout.split()
+        assert selected == [f"gpuqueue.kubegang.io/{child}"]
+        listed = crds.kubectl("get", "kubegang", "-o", "name").stdout.split()
+        assert {f"gpuqueue.kubegang.io/{name}" for name in (parent, child, other)} <= set(listed)
+    finally:
+        crds.kubectl("delete", "gq", child, parent, other, "--ignore-not-found", "--wait=false", check=False)

@@ -84,15 +84,16 @@ class Cluster:
             manifest if isinstance(manifest, list) else [manifest])
         return self.kubectl("apply", "-f", "-", input=text, check=check)
 
-    def use_shape(self, name: str) -> None:
-        """Make the fake nodes exactly those of hack/shapes/<name>.yaml (no-op if they already are)."""
-        if self.shape == name:
+    def use_shape(self, name: str | Path) -> None:
+        """Make the fake nodes exactly those of hack/shapes/<name>.yaml, or of a shape file a test
+        brings (a Path), no-op if they already are."""
+        if self.shape == str(name):
             return
         if self.cluster_dir is None:
             raise AssertionError("shapes can only be changed on the cluster that hack/cluster started")
         _hack("delete-nodes", cluster_dir=self.cluster_dir)
-        _hack("nodes", str(SHAPES / f"{name}.yaml"), cluster_dir=self.cluster_dir)
-        self.shape = name
+        _hack("nodes", str(name if isinstance(name, Path) else SHAPES / f"{name}.yaml"), cluster_dir=self.cluster_dir)
+        self.shape = str(name)
 
     def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float = 60, interval: float = 0.5) -> None:
         deadline = time.monotonic() + timeout

@@ -386,3 +386,47 @@ def test_every_required_level_holds_its_gang_and_an_unmeetable_preference_is_pla
         assert levels.index(placed) <= levels.index(level), (name, statuses[name]["placement"])
     wider = statuses["wider"]["placement"]
     assert levels.index(wider["level"]) > levels.index("nvlink") and len(nodes("wider")) == 3, wider
+
+
+def test_required_spine_and_block_wait_for_room_inside_one_such_domain_while_cluster_spans_them(ops: Any) -> None:
+    """On a fabric of 2 blocks x 2 spines x 2 one-node leaves with one node of every spine taken, a
+    2-node gang that must stay in one spine and a 3-node gang that must stay in one block wait, while a
+    3-node gang allowed anywhere spans both blocks; a spine that gets a second free node runs the first
+    (every shipped shape has one spine and one block, where these levels cannot be told apart)."""
+    from pathlib import Path
+
+    ops.cluster.use_shape(Path(__file__).with_name("fabric-tiers.yaml"))
+    def tier_nodes() -> dict[str, dict[str, str]]:
+        return {n: v for n, v in ops.node_labels().items() if v.get("kubegang.io/leaf", "").startswith("tier-leaf-")}
+
+    # Nodes of the same names may still be on their way out from an earlier run of this shape.
+    ops.cluster.wait_for("the 8 nodes of fabric-tiers", lambda: len(tier_nodes()) == 8, timeout=60)
+    labels = tier_nodes()
+    by_leaf = {v["kubegang.io/leaf"]: n for n, v in labels.items()}
+    fillers = {f"filler-{i}": by_leaf[f"tier-leaf-{2 * i}"] for i in range(4)}  # the first leaf of every spine
+    for name, node in fillers.items():
+        ops.cluster.apply({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ops.namespace, "labels": {"kubegang.io/routing": "disabled"}},
+            "spec": {"nodeName": node, "restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "x", "resources": {"limits": {GPU: 8}}}]},
+        })
+    q = ops.queue("tiers", [(H100, 64)])
+    ops.job("in-spine", q, 2, 8, topology={"required": "spine"})
+    ops.job("in-block", q, 3, 8, topology={"required": "block"})
+    ops.job("anywhere", q, 3, 8, topology={"required": "cluster"})
+    anywhere = ops.wait_phase("anywhere", "Running", timeout=120)["placement"]
+    used = {p["spec"]["nodeName"] for p in ops.running_pods("anywhere")}
+    assert anywhere["level"] == "cluster" and len({labels[n]["kubegang.io/block"] for n in used}) == 2, anywhere
+    for name in ("in-spine", "in-block"):  # room for them in the cluster, none inside one spine / block
+        assert ops.phase(name) in ("Queued", "Unschedulable") and not ops.pods(name), (name, ops.status(name))
+
+    free = set(by_leaf.values()) - set(fillers.values()) - used
+    assert len(free) == 1, free
+    spine = labels[free.pop()]["kubegang.io/spine"]
+    freed = next(name for name, node in fillers.items() if labels[node]["kubegang.io/spine"] == spine)
+    ops.cluster.kubectl("delete", "pod", freed, "-n", ops.namespace, "--wait=true")
+    in_spine = ops.wait_phase("in-spine", "Running", timeout=120)["placement"]
+    assert in_spine["level"] == "spine", in_spine
+    assert {labels[p["spec"]["nodeName"]]["kubegang.io/spine"] for p in ops.running_pods("in-spine")} == {spine}
+    assert ops.phase("in-block") in ("Queued", "Unschedulable") and not ops.pods("in-block")

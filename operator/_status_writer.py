@@ -62,6 +62,13 @@ def status_change(patch: Mapping[str, Any], *, urgent: bool) -> StatusChange:
     return StatusChange.OTHER
 
 
+def _observing(job: JobView, patch: Mapping[str, Any]) -> dict[str, Any]:
+    """``patch`` with ``observedGeneration``: every status write describes the spec the decision was
+    made on (docs/api.md), so a suspend, a resume or any edit is acknowledged by the write it causes.
+    Before, only some transitions carried it, and an edited job kept the generation it was created at."""
+    return {**patch, "observedGeneration": job.generation} if job.generation else dict(patch)
+
+
 def _count(patch: Mapping[str, Any], *, urgent: bool) -> None:
     metrics.STATUS_WRITES.labels(status_change(patch, urgent=urgent).value, str(patch.get("phase") or "")).inc()
 
@@ -101,7 +108,8 @@ class StatusWriter:
             self._note_idle()
             precondition = (self.versions.get(job.uid) or job.resource_version or None) if fenced else None
             _count(merged, urgent=True)
-            self._note_version(job.uid, await self.kube.patch_job_status(job, merged, resource_version=precondition))
+            self._note_version(job.uid, await self.kube.patch_job_status(job, _observing(job, merged),
+                                                                         resource_version=precondition))
 
     def _note_version(self, uid: str, version: str | None) -> None:
         if version:
@@ -190,7 +198,7 @@ class StatusWriter:
             self._writes[uid] = before = self._writes.get(uid, 0) + 1
             _count(patch, urgent=False)
             try:
-                self._note_version(uid, await self.kube.patch_job_status(job, patch, prepaid=True))
+                self._note_version(uid, await self.kube.patch_job_status(job, _observing(job, patch), prepaid=True))
             except Exception as exc:
                 log.warning("could not write the status of %s: %s", job.key, exc)
                 if self._writes.get(uid) == before and uid not in self._pending:

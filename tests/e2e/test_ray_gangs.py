@@ -168,6 +168,10 @@ def test_a_pod_group_from_a_deployment_binds_all_or_none(cluster: Cluster, kubeg
         assert sorted(int(p["metadata"]["labels"]["kubegang.io/replica-index"]) for p in pods) == [0, 1, 2, 3]
         cluster.wait_for("the group's GPUJob Running", lambda: _phase(
             cluster, namespace, "podgroup-workers") == "Running", timeout=60)
+        job = _job(cluster, namespace, "podgroup-workers")
+        assert job is not None  # docs/api.md: podSource names the label's value; the group is charged whole
+        assert (job["spec"]["replicas"], job["spec"]["podSource"]) == (4, {"kind": "PodGroup", "name": "workers"})
+        assert job["status"]["totalGPUs"] == 32, job["status"]
 
         cluster.kubectl("delete", "deployment", "workers", "-n", namespace)
         cluster.wait_for("the group's pods and then its GPUJob gone", lambda: (

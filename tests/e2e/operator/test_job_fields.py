@@ -95,6 +95,8 @@ def test_suspend_releases_a_running_gang_and_its_quota_and_resume_runs_it_again(
     cond = ops.condition("run", "Suspended")
     assert cond is not None and cond["status"] == "True" and cond["reason"] == "Suspended", status
     assert not status.get("admittedAt"), status  # the admission is given back, not only the pods
+    edited = ops.get("run")["metadata"]["generation"]
+    assert edited >= 2 and status["observedGeneration"] == edited, status  # the status describes the edit
     ops.wait_no_pods("run", timeout=60)
     _wait_used(ops, q, 0)
     # The queue is empty now, and still a job created suspended is not admitted into it.
@@ -106,6 +108,8 @@ def test_suspend_releases_a_running_gang_and_its_quota_and_resume_runs_it_again(
     assert not _attempts(ops, "run") & first  # a fresh admission, not the old pods kept somewhere
     cond = ops.condition("run", "Suspended")
     assert cond is not None and cond["status"] == "False", ops.status("run")
+    resumed = ops.get("run")["metadata"]["generation"]
+    assert resumed > edited and ops.status("run")["observedGeneration"] == resumed, ops.status("run")
     _wait_used(ops, q, 16)
     assert ops.pods("held") == [] and ops.phase("held") == "Suspended"
 

@@ -187,9 +187,11 @@ async def test_suspend_releases_everything(make_world: Any, job_body: Any) -> No
     w, job = await admitted_world(make_world, job_body)
     w.cache.assumed.clear()
     body = job_body("train", replicas=3, gpus=8, framework="torchrun", suspend=True)
+    body["metadata"]["generation"] = 2  # the edit that suspends it
     w.cache.upsert_job({**body, "status": w.last_status("team-a/train")})
     await w.supervise(w.cache.job(job.uid))
     assert w.last_status("team-a/train")["phase"] == "Suspended"
+    assert w.kube.status["team-a/train"][-1]["observedGeneration"] == 2  # the write acknowledges the edit
     assert w.holds_nothing(job.uid) and w.held_gpus() == {}
     assert w.kube.pods() == []
 
@@ -216,7 +218,7 @@ async def test_a_gang_that_forms_in_seconds_writes_its_ready_count_once_with_run
     w.admission.clock = lambda: real() + dt.timedelta(seconds=READY_REPORT_AFTER_SECONDS + 1)
     await w.supervise(w.cache.job(job.uid))                   # still forming: say how far it got
     created = w.cache.job(job.uid).pods_created_at
-    assert w.kube.status[job.key][writes:] == [{"readyReplicas": 2, "podsCreatedAt": created}]
+    assert w.kube.status[job.key][writes:] == [{"readyReplicas": 2, "podsCreatedAt": created, "observedGeneration": 1}]
     w.admission.clock = real
     run(pods[2:])
     await w.supervise(w.cache.job(job.uid))

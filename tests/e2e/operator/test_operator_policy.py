@@ -117,6 +117,27 @@ def test_high_priority_job_preempts_only_as_many_lower_priority_gangs_as_it_need
         assert ops.status(name)["phase"] == "Running" and len(ops.running_pods(name)) == 2
 
 
+def test_without_a_preemption_policy_a_higher_priority_job_waits_for_quota_and_evicts_nothing(ops: Any) -> None:
+    """docs/api.md: `preemption.withinQueue` defaults to `Never`."""
+    import time
+
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("noprio", [(H100, 32)])
+    lows = ["low-0", "low-1"]
+    for name in lows:  # 2 x 16 GPUs fill the queue
+        ops.job(name, q, 2, 8, priority=0)
+    for name in lows:
+        ops.wait_phase(name, "Running", timeout=90)
+    ops.job("high", q, 2, 8, priority=100)
+    status = ops.wait_phase("high", "Queued", timeout=60)
+    assert status["reason"] == "QuotaExhausted", status  # decided: no room, and no one to evict
+    time.sleep(6)  # a few more cycles, and a queue-position refresh
+    assert ops.phase("high") == "Queued" and ops.pods("high") == []
+    for name in lows:
+        assert ops.phase(name) == "Running" and len(ops.running_pods(name)) == 2
+        assert ops.condition(name, "Preempted") is None, ops.status(name)
+
+
 # -- 5. restarts ----------------------------------------------------------------------------------
 def test_failing_worker_restarts_the_whole_gang_then_fails_after_restart_limit(ops: Any) -> None:
     ops.cluster.use_shape("superpod-h100")

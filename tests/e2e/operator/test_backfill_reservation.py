@@ -100,7 +100,10 @@ def test_with_time_limits_a_reservation_takes_the_nodes_that_free_first_and_shor
     nodes = sorted(n["metadata"]["name"] for n in gpu_nodes)[:4]
     ops.cluster.kubectl("label", "nodes", *nodes, f"kubegang-test/pool={pool}", "--overwrite")
     try:
-        q = ops.queue("limits", [(H100, 1024)], backfill={"reserveAfterSeconds": 5})
+        # No backfill.reserveAfterSeconds: with every gang it waits for limited, the operator's
+        # --backfill-planned-reserve-after (default 0, at once) applies (docs/api.md); the queue's own
+        # setting is the first test's.
+        q = ops.queue("limits", [(H100, 1024)])
         for name, limit in (("long", 600), ("b", 90), ("c", 100)):
             ops.cluster.apply(_pooled(ops, name, q, pool, 1, timeLimitSeconds=limit))
         for name in ("long", "b", "c"):

@@ -312,6 +312,12 @@ class QuotaBook:
             self._keep(held)
         return verdict
 
+    def claim(self, job: JobView) -> Verdict:
+        if job.uid in self.tree:
+            return Verdict(True)
+        held = dataclasses.replace(job, flavor=self.flavor_of(job))
+        return quota_verdict(self.tree.admit(job.uid, job.queue, self.usage_of(held)))
+
     def record(self, job: JobView) -> bool:
         if job.uid in self.tree:
             return False

@@ -147,6 +147,10 @@ class _TreeQuota:
         self.tree.release(job_uid)
         self.running_jobs.pop(job_uid, None)
 
+    def claim(self, job: _SimJob) -> Verdict:
+        head = self.pending_job(job)
+        return quota_verdict(self.tree.admit(job.uid, head.queue, head.usage))
+
     def preemption_candidates(self, job: _SimJob) -> list[Preemptible[_SimJob]]:
         if not any(other.job.priority < job.job.priority for other, _ in self.running_jobs.values()):
             return []  # the simulator's queues preempt lower priority only (no reclaimFromBorrowers)

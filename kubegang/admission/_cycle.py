@@ -123,6 +123,10 @@ class AdmissionCycle(Generic[J, P]):
         """Preemptor UID -> UIDs of the victims it waits for."""
         self._claims: dict[str, tuple[frozenset[str], float]] = {}
         """Preemptor UID -> (nodes it freed by eviction, until when no one else is placed there)."""
+        self._quota_claims: set[str] = set()
+        """Preemptors holding the quota their evictions freed (``QuotaPort.claim``) until their victims
+        are gone. Without it a job of another queue was admitted into that quota at once, the preemptor
+        evicted it in turn, and the two gangs of that queue took turns for ever (the e2e tree example)."""
         self._admitted_uid: str | None = None
         """The job the current attempt admitted (an error after that must not give its quota back)."""
         self._overlaps = 0
@@ -141,6 +145,12 @@ class AdmissionCycle(Generic[J, P]):
     def tree_changed(self) -> None:
         """The queue tree was rebuilt: jobs found Unschedulable under the old one are tried again."""
         self._never.clear()
+        self._quota_claims.clear()  # the rebuilt tree holds admitted jobs only
+
+    def _release_claim(self, uid: str) -> None:
+        if uid in self._quota_claims:
+            self._quota_claims.discard(uid)
+            self.quota.release(uid)
 
     def forget(self, uid: str) -> None:
         """``uid`` left the queue (deleted, suspended): drop everything kept for it."""
@@ -149,6 +159,7 @@ class AdmissionCycle(Generic[J, P]):
         self._planned_with.pop(uid, None)
         self._preempting.pop(uid, None)
         self._claims.pop(uid, None)
+        self._release_claim(uid)
         self.backfill.forget(uid)
 
     def reservation(self, uid: str) -> frozenset[str] | None:
@@ -162,6 +173,9 @@ class AdmissionCycle(Generic[J, P]):
         self._overlaps = 0
         self._running_memo = None
         self._claims = {uid: claim for uid, claim in self._claims.items() if claim[1] > now}
+        waiting = {job.uid for job in pending}
+        for uid in self._quota_claims - waiting:  # admitted, deleted or suspended meanwhile
+            self._release_claim(uid)
         # (1) Candidates.
         candidates = [job for job in pending
                       if self._never.get(job.uid) != job.generation and not self._backing_off(job, now)]
@@ -224,6 +238,7 @@ class AdmissionCycle(Generic[J, P]):
         except Exception as exc:
             if self._admitted_uid != job.uid:
                 # Whatever the failed attempt took is given back (no-ops when it took nothing).
+                self._quota_claims.discard(job.uid)
                 self.quota.release(job.uid)
                 try:
                     yield Release(job)
@@ -238,6 +253,12 @@ class AdmissionCycle(Generic[J, P]):
             return self._entry(job, AdmitResult.UNSCHEDULABLE, WaitReason.NO_GPUS_REQUESTED,
                                "the job asks for no GPU: set spec.gpusPerReplica >= 1, an nvidia.com/gpu limit in "
                                "spec.template, or spec.gpuFraction")
+        if job.uid in self._quota_claims:
+            waiting_for = self._preempting.get(job.uid)
+            if waiting_for and any(holds_pods(uid) for uid in waiting_for):
+                return self._entry(job, AdmitResult.QUEUED, WaitReason.PREEMPTING,
+                                   "waiting for preempted gangs to terminate")
+            self._release_claim(job.uid)  # its victims are gone: decided afresh, from the quota it held
         # (3) Quota up the tree, for each flavour the job may use.
         options = [(option, self.quota.can_admit(option)) for option in self.quota.flavor_options(job)]
         possible = [(option, verdict) for option, verdict in options if not verdict.never]
@@ -342,7 +363,10 @@ class AdmissionCycle(Generic[J, P]):
         for victim, why in victims:
             yield Evict(victim, job, why)
             self.backfill.unlodge(victim.uid)
+            self._quota_claims.discard(victim.uid)
         self._running_memo = None
+        if job.uid not in self._quota_claims and self.quota.claim(job).ok:
+            self._quota_claims.add(job.uid)
         self._preempting[job.uid] = frozenset(victim.uid for victim, _ in victims)
         self._claims[job.uid] = (nodes, self.clock() + CLAIM_SECONDS)
         names = ", ".join(victim.key for victim, _ in victims)

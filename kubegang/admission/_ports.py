@@ -38,6 +38,12 @@ class QuotaPort(Protocol[J]):
         """Give back the quota of ``job_uid`` (no-op when it holds none)."""
         ...
 
+    def claim(self, job: J) -> Verdict:
+        """Count ``job``'s quota as taken without admitting it: a preemptor that waits for its victims to
+        go holds what their eviction freed, so no other job is admitted into it meanwhile. Not a running
+        job (no preemption candidate, no end); ``release`` gives it back."""
+        ...
+
     def preemption_candidates(self, job: J) -> list[Preemptible[J]]:
         """Admitted gangs the queues' preemption policies allow ``job`` to evict, least disruptive first."""
         ...

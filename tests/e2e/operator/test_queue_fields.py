@@ -405,6 +405,11 @@ def test_tree_example_team_a_borrows_team_bs_24_and_is_preempted_when_team_b_wan
             ops.job("a-borrow", team_a, 3, 8, gpuProduct=H200)  # the 24 team-b lends
             ops.wait_phase("a-borrow", "Running", timeout=90)
             _wait_queue(ops, team_a, {"borrowed": [{"flavor": H200, "gpus": 24}], "usedGPUs": 56})
+            # "lends at most 24 of its 32 (it always keeps 8)": 8 more for team-a wait, with team-b's 8 idle.
+            ops.job("a-more", team_a, 1, 8, gpuProduct=H200)
+            ops.cluster.wait_for("a-more to wait for quota", lambda: (ops.condition("a-more", "Queued") or {}).get(
+                "reason") == "QuotaExhausted", timeout=60, interval=1)
+            assert ops.pods("a-more") == []
 
             uids = {name: ops.get(name)["metadata"]["uid"] for name in ("a-own", "a-borrow")}
             _job_in(ops, team_b_ns, "b-job", team_b, 4, 8, gpuProduct=H200)

@@ -483,3 +483,30 @@ def test_two_queues_naming_each_other_as_parents_are_left_out_and_the_rest_of_th
     ops.wait_phase("orphaned", "Running", timeout=60)
     ops.cluster.wait_for("the orphan to be active", lambda: active(orphan).get("status") == "True",
                          timeout=30, interval=1)
+
+
+def test_queue_position_cohort_is_the_heads_place_among_the_heads_of_its_tree(ops: Ops) -> None:
+    """docs/api.md: ``queuePosition.cohort`` is the job's queue's head's place among the heads of its tree.
+    Two full leaves of one root each have one job waiting: the older one's head goes first."""
+    import time
+
+    ops.cluster.use_shape("superpod-h100")
+    org = ops.queue("org", [(H100, 0)])
+    qa = ops.queue("qa", [(H100, 16)], parent=org)
+    qb = ops.queue("qb", [(H100, 16)], parent=org)
+    ops.job("run-a", qa, 2, 8)
+    ops.job("run-b", qb, 2, 8)
+    ops.wait_phase("run-a", "Running", timeout=90)
+    ops.wait_phase("run-b", "Running", timeout=90)
+    ops.job("wait-a", qa, 1, 8)
+    time.sleep(1.1)  # creationTimestamp has whole seconds: wait-b is the younger head
+    ops.job("wait-b", qb, 1, 8)
+
+    def position(name: str) -> dict[str, Any]:
+        return dict(ops.status(name).get("queuePosition") or {})
+
+    ops.cluster.wait_for("both positions written", lambda: bool(position("wait-a")) and bool(position("wait-b")),
+                         timeout=45, interval=1)
+    a, b = position("wait-a"), position("wait-b")
+    assert (a["queue"], a["cohort"]) == (1, 1), a
+    assert (b["queue"], b["cohort"], b["ahead"], b["aheadGPUs"]) == (1, 2, 1, 8), b

@@ -278,6 +278,46 @@ async def test_without_a_within_queue_policy_a_higher_priority_job_waits_and_evi
     assert all(w.last_status(f"team-a/low-{i}")["phase"] in ("Admitted", "Running") for i in range(5))
 
 
+def _tree_example_world(make_world: Any) -> Any:
+    """examples/gpuqueue-tree.yaml's tree on 16 nodes of 8 GPUs: team-a may borrow 24, team-b lends 24."""
+    policy = {"withinQueue": "LowerPriority", "reclaimFromBorrowers": "Any"}
+    return make_world({}, {f"node-{i}": 8 for i in range(16)}, queues=[
+        gpu_queue("org", 0),
+        gpu_queue("team-a", 32, "org", resources=[{"flavor": "nvidia.com/gpu", "nominal": 32, "borrowingLimit": 24}],
+                  preemption=policy),
+        gpu_queue("team-b", 32, "org", resources=[{"flavor": "nvidia.com/gpu", "nominal": 32, "lendingLimit": 24}],
+                  preemption=policy),
+    ])
+
+
+async def _team_b_reclaims(w: Any, job_body: Any) -> None:
+    """team-a runs 32 + 24 borrowed and has 8 more waiting; team-b's 32-GPU job evicts the borrower."""
+    w.submit(job_body("a-own", replicas=4, gpus=8, created="2025-01-01T00:00:00Z"))
+    w.submit(job_body("a-borrow", replicas=3, gpus=8, created="2025-01-01T00:00:01Z"))
+    await w.cycle()
+    w.echo_pods("Running")
+    w.submit(job_body("a-more", replicas=1, gpus=8, created="2025-01-01T00:00:02Z"))
+    assert [(o.job, o.result) for o in await w.cycle()] == [("team-a/a-more", "Queued")]
+    w.submit(job_body("b-job", namespace="team-b", queue="team-b", replicas=4, gpus=8,
+                      created="2025-01-01T00:00:03Z"))
+    outcomes = {o.job: o.result for o in await w.cycle()}
+    assert outcomes["team-b/b-job"] == "Preempting" and _preempted(w) == {"team-a/a-borrow"}
+    assert "Admitted" not in outcomes.values()  # not a-more, not a-borrow: b-job holds what was freed
+
+
+async def test_a_preemptor_that_leaves_while_its_victims_go_gives_back_the_quota_it_held(
+    job_body: Any, make_world: Any
+) -> None:
+    """docs/quota.md: the claim is released when the preemptor leaves the queue (here: deleted)."""
+    w = _tree_example_world(make_world)
+    await _team_b_reclaims(w, job_body)
+    assert "uid-b-job" in w.quota.tree
+    w.cache.remove_job("uid-b-job")
+    outcomes = {o.job: o.result for o in await w.cycle()}
+    assert "uid-b-job" not in w.quota.tree
+    assert outcomes["team-a/a-more"] == "Admitted", outcomes  # team-b's lendable 24 are free again
+
+
 async def test_a_reclaiming_preemptor_holds_the_freed_quota_so_the_borrowers_do_not_take_turns_for_ever(
     job_body: Any, make_world: Any
 ) -> None:
@@ -285,25 +325,8 @@ async def test_a_reclaiming_preemptor_holds_the_freed_quota_so_the_borrowers_do_
     reclaims. The quota its eviction frees was at once taken by team-a's waiting job, which team-b then
     evicted, freeing it for the other: the two gangs took turns, several times a second, and team-b's job
     never ran (found by the e2e tree test). The preemptor now holds that quota until its victims are gone."""
-    w = make_world({}, {f"node-{i}": 8 for i in range(16)}, queues=[
-        gpu_queue("org", 0),
-        gpu_queue("team-a", 32, "org", resources=[{"flavor": "nvidia.com/gpu", "nominal": 32, "borrowingLimit": 24}],
-                  preemption={"withinQueue": "LowerPriority", "reclaimFromBorrowers": "Any"}),
-        gpu_queue("team-b", 32, "org", resources=[{"flavor": "nvidia.com/gpu", "nominal": 32, "lendingLimit": 24}],
-                  preemption={"withinQueue": "LowerPriority", "reclaimFromBorrowers": "Any"}),
-    ])
-    w.submit(job_body("a-own", replicas=4, gpus=8, created="2025-01-01T00:00:00Z"))
-    w.submit(job_body("a-borrow", replicas=3, gpus=8, created="2025-01-01T00:00:01Z"))
-    await w.cycle()
-    w.echo_pods("Running")
-    w.submit(job_body("a-more", replicas=1, gpus=8, created="2025-01-01T00:00:02Z"))
-    assert [(o.job, o.result) for o in await w.cycle()] == [("team-a/a-more", "Queued")]
-
-    w.submit(job_body("b-job", namespace="team-b", queue="team-b", replicas=4, gpus=8,
-                      created="2025-01-01T00:00:03Z"))
-    outcomes = {o.job: o.result for o in await w.cycle()}
-    assert outcomes["team-b/b-job"] == "Preempting" and _preempted(w) == {"team-a/a-borrow"}
-    assert "Admitted" not in outcomes.values()  # not a-more, not a-borrow: b-job holds what was freed
+    w = _tree_example_world(make_world)
+    await _team_b_reclaims(w, job_body)
     for _ in range(3):  # while a-borrow's pods terminate: no one admitted, no one else evicted
         outcomes = {o.job: o.result for o in await w.cycle()}
         assert "Admitted" not in outcomes.values() and _preempted(w) == {"team-a/a-borrow"}, outcomes

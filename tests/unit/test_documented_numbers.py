@@ -1,0 +1,55 @@
+"""The numbers the docs promise are the numbers the code runs with.
+
+Each case names a doc, the phrase that promises a value, and the value the code uses; the phrase is
+built from the code's value, so changing either side without the other fails here. (A read-only audit
+found docs/operator.md promising "up to 8 rounds" per cycle while the cycle ran 64, and several
+defaults that no test tied to their docs.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from kubegang.admission import CycleSettings
+from kubegang.extender._settings import ExtenderSettings
+from kubegang.operator.__main__ import parser, settings_from_args
+from kubegang.operator._run import EXIT_GRACE_SECONDS
+from kubegang.operator._supervisor import REPAIR_INTERVAL_SECONDS
+from kubegang.quota import DEFAULT_RESERVE_AFTER_SECONDS
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+OPERATOR = settings_from_args(parser().parse_args(["--extender-address", "127.0.0.1:1"]))
+"""The operator's settings as its command line defaults them."""
+EXTENDER = {field.name: field.default for field in dataclasses.fields(ExtenderSettings)}
+"""The extender's setting defaults (its required TLS paths have none)."""
+
+CASES = [
+    ("operator.md", f"up to {CycleSettings().max_rounds} rounds"),
+    ("operator.md", f"`--renew-deadline` ({OPERATOR.renew_deadline_seconds:g} s)"),
+    ("operator.md", f"`--lease-duration` ({OPERATOR.lease_duration_seconds:g} s)"),
+    ("operator.md", f"`--retry-period` ({OPERATOR.retry_period_seconds:g} s)"),
+    ("operator.md", f"takes more than {EXIT_GRACE_SECONDS:g} s"),
+    ("operator.md", f"(`--creation-concurrency`, {OPERATOR.creation_concurrency} gangs)"),
+    ("operator.md", f"Rate-limit defaults: {OPERATOR.api_qps:g} writes/s, bursts of {OPERATOR.api_burst}."),
+    ("extender.md", f"The TTL (default {EXTENDER['reservation_ttl_seconds']:g} s"),
+    ("extender.md", f"up to {EXTENDER['requeue_batch']} waiting GPU pods"),
+    ("extender.md", f"asks `Repair` every {REPAIR_INTERVAL_SECONDS:g} s"),
+    ("quota.md", f"`reserve_after_seconds` (default **{DEFAULT_RESERVE_AFTER_SECONDS / 3600:g} h**"),
+]
+
+
+@pytest.mark.parametrize(("doc", "phrase"), CASES, ids=[phrase for _, phrase in CASES])
+def test_the_doc_states_the_value_the_code_uses(doc: str, phrase: str) -> None:
+    text = " ".join((DOCS / doc).read_text().split())  # a phrase may be wrapped over two lines
+    assert phrase in text, f"docs/{doc} does not say {phrase!r}"
+
+
+def test_the_operators_backfill_threshold_defaults_to_48_hours_and_a_negative_one_means_never() -> None:
+    """docs/quota.md: `--backfill-reserve-after` defaults to the core's 48 h; negative: never."""
+    assert OPERATOR.backfill_reserve_after_seconds == DEFAULT_RESERVE_AFTER_SECONDS == 48 * 3600
+    never = settings_from_args(parser().parse_args(["--extender-address", "127.0.0.1:1",
+                                                    "--backfill-reserve-after", "-1"]))
+    assert never.backfill_reserve_after_seconds is None

@@ -17,6 +17,7 @@ from kubegang.admission import CycleSettings
 from kubegang.extender._settings import ExtenderSettings
 from kubegang.operator.__main__ import parser, settings_from_args
 from kubegang.operator._run import EXIT_GRACE_SECONDS
+from kubegang.operator._sources import GROUP_GONE_SECONDS
 from kubegang.operator._supervisor import REPAIR_INTERVAL_SECONDS
 from kubegang.quota import DEFAULT_RESERVE_AFTER_SECONDS
 
@@ -38,6 +39,8 @@ CASES = [
     ("extender.md", f"up to {EXTENDER['requeue_batch']} waiting GPU pods"),
     ("extender.md", f"asks `Repair` every {REPAIR_INTERVAL_SECONDS:g} s"),
     ("quota.md", f"`reserve_after_seconds` (default **{DEFAULT_RESERVE_AFTER_SECONDS / 3600:g} h**"),
+    ("ray-and-pod-groups.md", f"{GROUP_GONE_SECONDS:g} s after the group's last pod"),
+    ("ray-and-pod-groups.md", f"the GPUJob goes {GROUP_GONE_SECONDS:g} s after the last pod"),
 ]
 
 

@@ -110,6 +110,20 @@ def test_running_gang_past_its_time_limit_fails_and_is_rechecked_before(job_body
     assert free.action is Action.PROGRESS and free.recheck_after is None
 
 
+def test_when_rules_collide_the_first_in_the_documented_order_decides(job_body: Any) -> None:
+    """docs/operator.md: the gang rules are checked in order. A failed worker (rule 3: a restart, counted)
+    comes before the gang timeout (no restart counted) and before the time limit (Failed)."""
+    failed = [pod(0), pod(1, "Pending"), pod(2, "Failed", exit_code=1)]
+    past_timeout = decide(admitted(job_body, gangTimeoutSeconds=60), failed, T0 + dt.timedelta(seconds=120))
+    assert past_timeout.action is Action.RESTART, past_timeout
+    body = job_body(replicas=3, timeLimitSeconds=600, status={
+        "phase": "Running", "restarts": 0, "admittedAt": "2025-01-01T00:00:00Z",
+        "podsCreatedAt": "2025-01-01T00:00:00Z", "startedAt": "2025-01-01T00:01:00Z"})
+    over_limit = decide(job_view(body), [pod(0), pod(1), pod(2, "Failed", exit_code=1)],
+                        T0 + dt.timedelta(hours=1))
+    assert over_limit.action is Action.RESTART, over_limit
+
+
 def test_all_succeeded(job_body: Any) -> None:
     d = decide(admitted(job_body, "Running"), [pod(i, "Succeeded") for i in range(3)], T0)
     assert d.action is Action.SUCCEED

@@ -132,6 +132,9 @@ async def test_evicting_a_group_deletes_its_pods_and_a_group_gone_loses_its_gpuj
     for i in range(4):
         world.cache.remove_source_pod(group_pod(i))
     await world.admission.sources.sync()
+    clock[0] = GROUP_GONE_SECONDS - 1  # docs: deleted 10 s after the group's last pod, not before
+    await world.admission.sources.sync()
+    assert ("GPUJob", "team-a", job.name) not in world.kube.deleted
     clock[0] = GROUP_GONE_SECONDS + 1
     await world.admission.sources.sync()
     assert ("GPUJob", "team-a", job.name) in world.kube.deleted

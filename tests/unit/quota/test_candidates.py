@@ -114,6 +114,19 @@ def test_within_queue_lower_priority_only_and_lowest_first() -> None:
     assert all(c.reason is CandidateReason.WITHIN_QUEUE for c in got)
 
 
+def test_at_equal_priority_the_most_recently_started_go_first_then_by_job_id() -> None:
+    """docs/quota.md: "... then most recently started (least work lost), then job id"."""
+    tree = tree_of(WITHIN, PreemptionPolicy())
+    running = [
+        run(tree, "old", "team-a", {H100: 1}, started=10),
+        run(tree, "new-b", "team-a", {H100: 1}, started=50),
+        run(tree, "new-a", "team-a", {H100: 1}, started=50),
+        run(tree, "mid", "team-a", {H100: 1}, started=30),
+    ]
+    got = candidates_for(PendingJob("x", "team-a", {H100: 8}, priority=3), tree, running)
+    assert [c.job.job_id for c in got] == ["new-a", "new-b", "mid", "old"]
+
+
 def test_borrowers_come_before_own_queue() -> None:
     policy = PreemptionPolicy(within_queue=WithinQueue.LOWER_PRIORITY, reclaim_from_borrowers=ReclaimFromBorrowers.ANY)
     tree = tree_of(PreemptionPolicy(), policy)

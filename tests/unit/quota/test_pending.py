@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,6 +48,18 @@ def test_priority_dominates_fair_share() -> None:
     assert pending.pop().job_id == "high"  # type: ignore[union-attr]
     assert pending.pop().job_id == "low"  # type: ignore[union-attr]
     assert pending.pop() is None
+
+
+def test_a_weight_of_zero_borrows_last() -> None:
+    """docs/quota.md: a share is 0 while the queue would not borrow, infinite for weight 0 when it would."""
+    tree = siblings([2, 0], [0, 1], root=16)
+    assert dominant_share(tree, "t0", {H100: 2}) == 0.0  # within its own nominal
+    assert dominant_share(tree, "t0", {H100: 3}) == math.inf
+    tree.admit("x1", "t1", {H100: 12})  # t1 borrows 12 of 16: a large but finite share
+    pending = PendingQueues(tree)
+    pending.push(PendingJob("zero-weight", "t0", {H100: 4}))
+    pending.push(PendingJob("heavy", "t1", {H100: 1}))
+    assert pending.peek().job_id == "heavy"  # type: ignore[union-attr]
 
 
 def test_weight_halves_the_share() -> None:

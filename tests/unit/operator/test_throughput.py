@@ -99,6 +99,16 @@ async def test_waiting_reason_is_written_when_it_changes_not_when_numbers_move(j
     [after] = await w.cycle()
     assert after.reason == "InsufficientGPUs" and [after.message] != before
     assert len(w.kube.status["team-a/big"]) == writes
+    # docs/operator.md: a new message under the same reason is written at most every 30 s, and then it is.
+    from kubegang.operator._admission import MESSAGE_REFRESH_SECONDS
+
+    phase, reason, at = w.admission._waiting_written["uid-big"]
+    w.admission._waiting_written["uid-big"] = (phase, reason, at - MESSAGE_REFRESH_SECONDS - 1)
+    [refreshed] = await w.cycle()
+    assert len(w.kube.status["team-a/big"]) == writes + 1
+    cond = get_condition(w.last_status("team-a/big")["conditions"], CondType.QUEUED)
+    assert cond is not None and cond["message"] == refreshed.message and cond["reason"] == "InsufficientGPUs"
+    writes += 1
     # Now team-b takes 4 of the tree's 16 GPUs: team-a can get 12 of the 16 it needs, quota is the reason.
     w.submit(job_body("small", namespace="team-b", queue="team-b", replicas=1, gpus=4))
     outcomes = {o.job: o for o in await w.cycle()}

@@ -16,6 +16,7 @@ import pytest
 from kubegang.admission import CycleSettings
 from kubegang.extender._settings import ExtenderSettings
 from kubegang.operator.__main__ import parser, settings_from_args
+from kubegang.operator._admission import MESSAGE_REFRESH_SECONDS
 from kubegang.operator._run import EXIT_GRACE_SECONDS
 from kubegang.operator._sources import GROUP_GONE_SECONDS
 from kubegang.operator._supervisor import REPAIR_INTERVAL_SECONDS
@@ -33,6 +34,7 @@ CASES = [
     ("operator.md", f"`--lease-duration` ({OPERATOR.lease_duration_seconds:g} s)"),
     ("operator.md", f"`--retry-period` ({OPERATOR.retry_period_seconds:g} s)"),
     ("operator.md", f"takes more than {EXIT_GRACE_SECONDS:g} s"),
+    ("operator.md", f"(free-GPU numbers move every cycle) at most every {MESSAGE_REFRESH_SECONDS:g} s"),
     ("operator.md", f"(`--creation-concurrency`, {OPERATOR.creation_concurrency} gangs)"),
     ("operator.md", f"Rate-limit defaults: {OPERATOR.api_qps:g} writes/s, bursts of {OPERATOR.api_burst}."),
     ("extender.md", f"The TTL (default {EXTENDER['reservation_ttl_seconds']:g} s"),

@@ -4,7 +4,7 @@ from typing import Any
 
 from kubegang.operator._conditions import CondType, get_condition, is_true
 
-from .conftest import LOWER_PRIORITY, gpu_queue
+from .conftest import LOWER_PRIORITY, gpu_node, gpu_queue
 
 NODES = {f"node-{i}": 8 for i in range(10)}  # 80 GPUs
 
@@ -335,3 +335,26 @@ async def test_a_reclaiming_preemptor_holds_the_freed_quota_so_the_borrowers_do_
     assert outcomes["team-b/b-job"] == "Admitted", outcomes
     assert outcomes["team-a/a-more"] != "Admitted" and outcomes["team-a/a-borrow"] != "Admitted"
     assert _preempted(w) == {"team-a/a-borrow"}
+
+
+async def test_the_next_flavour_is_tried_when_the_first_fits_in_quota_but_not_on_the_gpus(
+    job_body: Any, make_world: Any
+) -> None:
+    """docs/operator.md: the first flavour whose quota admits the job *and* on which the extender places
+    the gang wins. Flavour A has quota but its one node is taken by a pod kubegang did not place."""
+    queue = gpu_queue("team-a", None, resources=[{"flavor": "A", "nominal": 8}, {"flavor": "B", "nominal": 8}])
+    w = make_world({}, {}, queues=[queue])
+    for name, product in (("a-0", "A"), ("b-0", "B")):
+        node = gpu_node(name, 8)
+        node["metadata"]["labels"]["nvidia.com/gpu.product"] = product
+        w.ledger.upsert_node(node)
+        w.cache.set_node_product(name, product)
+    w.ledger.upsert_pod({"metadata": {"name": "web", "namespace": "serving", "uid": "web-uid"},
+                         "spec": {"nodeName": "a-0", "containers": [
+                             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
+                         "status": {"phase": "Running"}})
+    w.submit(job_body("train", replicas=1, gpus=8))
+    [outcome] = await w.cycle()
+    assert outcome.result == "Admitted", outcome
+    assert [p["node"] for p in w.last_status("team-a/train")["placement"]["pods"]] == ["b-0"]
+    assert w.quota.usage()["team-a"].usage == {"B": 8}

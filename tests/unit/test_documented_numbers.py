@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from kubegang.admission import CycleSettings
+from kubegang.admission._cycle import BACKOFF_FIRST_SECONDS, BACKOFF_MAX_SECONDS, _backoff_seconds
 from kubegang.extender._settings import ExtenderSettings
 from kubegang.operator.__main__ import parser, settings_from_args
 from kubegang.operator._admission import MESSAGE_REFRESH_SECONDS
@@ -58,3 +59,13 @@ def test_the_operators_backfill_threshold_defaults_to_48_hours_and_a_negative_on
     never = settings_from_args(parser().parse_args(["--extender-address", "127.0.0.1:1",
                                                     "--backfill-reserve-after", "-1"]))
     assert never.backfill_reserve_after_seconds is None
+
+
+def test_a_failing_jobs_retries_double_from_1_second_up_to_5_minutes() -> None:
+    """docs/operator.md: a job whose handling raised is retried after a delay doubling per failure up to
+    5 min."""
+    delays = [_backoff_seconds(n) for n in range(1, 12)]
+    assert delays[:4] == [1.0, 2.0, 4.0, 8.0] and delays[0] == BACKOFF_FIRST_SECONDS
+    assert max(delays) == BACKOFF_MAX_SECONDS == 300 and delays[-1] == 300
+    text = " ".join((DOCS / "operator.md").read_text().split())
+    assert f"up to {BACKOFF_MAX_SECONDS / 60:g} min" in text

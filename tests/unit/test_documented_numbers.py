@@ -9,18 +9,22 @@ defaults that no test tied to their docs.)
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from pathlib import Path
 
 import pytest
 
 from kubegang.admission import CycleSettings
 from kubegang.admission._cycle import BACKOFF_FIRST_SECONDS, BACKOFF_MAX_SECONDS, _backoff_seconds
+from kubegang.backoff import Backoff
 from kubegang.extender._settings import ExtenderSettings
+from kubegang.extender._watch import ClusterFeed
 from kubegang.operator.__main__ import parser, settings_from_args
 from kubegang.operator._admission import MESSAGE_REFRESH_SECONDS
 from kubegang.operator._run import EXIT_GRACE_SECONDS
 from kubegang.operator._sources import GROUP_GONE_SECONDS
 from kubegang.operator._supervisor import REPAIR_INTERVAL_SECONDS
+from kubegang.operator._watches import CacheFeed
 from kubegang.quota import DEFAULT_RESERVE_AFTER_SECONDS
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -28,6 +32,15 @@ OPERATOR = settings_from_args(parser().parse_args(["--extender-address", "127.0.
 """The operator's settings as its command line defaults them."""
 EXTENDER = {field.name: field.default for field in dataclasses.fields(ExtenderSettings)}
 """The extender's setting defaults (its required TLS paths have none)."""
+
+
+
+def _defaults(cls: type) -> dict[str, object]:
+    return {name: p.default for name, p in inspect.signature(cls.__init__).parameters.items()}
+
+
+OPERATOR_FEED, EXTENDER_FEED = _defaults(CacheFeed), _defaults(ClusterFeed)
+FLOOR = {field.name: field.default for field in dataclasses.fields(Backoff)}["floor_fraction"]
 
 CASES = [
     ("operator.md", f"up to {CycleSettings().max_rounds} rounds"),
@@ -41,6 +54,11 @@ CASES = [
     ("extender.md", f"The TTL (default {EXTENDER['reservation_ttl_seconds']:g} s"),
     ("extender.md", f"up to {EXTENDER['requeue_batch']} waiting GPU pods"),
     ("extender.md", f"asks `Repair` every {REPAIR_INTERVAL_SECONDS:g} s"),
+    ("operator.md", f"ceiling {OPERATOR_FEED['retry_seconds']:g} s doubling up to "
+                    f"{OPERATOR_FEED['max_retry_seconds']:g} s"),
+    ("extender.md", f"between {FLOOR * float(EXTENDER_FEED['retry_seconds']):g} s and a ceiling that starts at "
+                    f"{EXTENDER_FEED['retry_seconds']:g} s and doubles per consecutive failure up to "
+                    f"{EXTENDER_FEED['max_retry_seconds']:g} s"),
     ("quota.md", f"`reserve_after_seconds` (default **{DEFAULT_RESERVE_AFTER_SECONDS / 3600:g} h**"),
     ("ray-and-pod-groups.md", f"{GROUP_GONE_SECONDS:g} s after the group's last pod"),
     ("ray-and-pod-groups.md", f"the GPUJob goes {GROUP_GONE_SECONDS:g} s after the last pod"),

@@ -114,3 +114,15 @@ def test_the_operator_is_probed_on_its_event_loop_not_on_the_metrics_thread(rend
     assert {"name": "health", "containerPort": 8081} in container["ports"]
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_the_operator_only_reads_kubernetes_pod_groups_and_their_workloads(render: Render) -> None:
+    """docs/ray-and-pod-groups.md: the operator's ClusterRole reads `podgroups` and `workloads` (get, list,
+    watch), nothing more."""
+    roles = [r for r in render().kind("ClusterRole") if r["metadata"]["name"].endswith("-kubegang-operator")]
+    assert len(roles) == 1, [r["metadata"]["name"] for r in render().kind("ClusterRole")]
+    granted = {(res, verb) for rule in roles[0]["rules"] if "scheduling.k8s.io" in rule.get("apiGroups", [])
+               for res in rule["resources"] for verb in rule["verbs"]}
+    groups = {(res, verb) for res, verb in granted if res in ("podgroups", "workloads")}
+    assert groups == {(res, verb) for res in ("podgroups", "workloads") for verb in ("get", "list", "watch")}
+    assert {verb for _, verb in granted} == {"get", "list", "watch"}  # nothing of that group is written

@@ -178,6 +178,9 @@ async def test_evicting_deletes_the_pods_and_a_group_without_pods_loses_its_gpuj
         world.cache.remove_source_pod(member(i))
     assert world.cache.source_pods == {}
     await world.admission.sources.sync()
+    clock[0] = GROUP_GONE_SECONDS - 1  # not before the group has been gone that long
+    await world.admission.sources.sync()
+    assert ("GPUJob", "team-a", JOB) not in world.kube.deleted
     clock[0] = GROUP_GONE_SECONDS + 1
     await world.admission.sources.sync()
     assert ("GPUJob", "team-a", JOB) in world.kube.deleted

@@ -29,6 +29,25 @@ def siblings(nominals: list[int], weights: list[float], root: int = 0) -> QuotaT
     return QuotaTree(specs)
 
 
+def test_winners_of_different_trees_meet_by_priority_then_creation_time_not_share() -> None:
+    """docs/quota.md: queues of different trees share no quota; their winners meet by priority, then
+    creation time. Tree x's leaf borrows heavily (a large share), tree y's does not: still the older head
+    goes first at equal priority, and a higher priority first whatever its age."""
+    tree = QuotaTree([
+        QueueSpec("x", quotas={H100: FlavorQuota(16)}),
+        QueueSpec("x-leaf", parent="x", quotas={H100: FlavorQuota(0)}),
+        QueueSpec("y", quotas={H100: FlavorQuota(16)}),
+        QueueSpec("y-leaf", parent="y", quotas={H100: FlavorQuota(16)}),
+    ])
+    tree.admit("x-run", "x-leaf", {H100: 12})  # x-leaf borrows 12 of its root's 16
+    pending = PendingQueues(tree)
+    pending.push(PendingJob("x-old", "x-leaf", {H100: 1}, created=1.0))
+    pending.push(PendingJob("y-new", "y-leaf", {H100: 1}, created=2.0))
+    assert [j.job_id for j in pending.heads()] == ["x-old", "y-new"]
+    pending.push(PendingJob("y-urgent", "y-leaf", {H100: 1}, priority=5, created=3.0))
+    assert pending.peek().job_id == "y-urgent"  # type: ignore[union-attr]
+
+
 def test_lower_share_goes_first_at_equal_priority() -> None:
     tree = siblings([4, 4, 4], [1, 1, 1], root=24)
     tree.admit("x0", "t0", {H100: 12})  # borrows 8

@@ -55,3 +55,47 @@ def test_a_gang_whose_bound_pods_never_start_is_requeued_whole_with_those_nodes_
     assert healthy.get("phase") == "Running" and not healthy.get("excludedNodes"), healthy
     assert len(ops.running_pods("healthy")) == 2
     assert not [e for e in ops.events("healthy") if e.get("reason") == "GangTimeout"]
+
+
+def _planned(ops: Any, job: str) -> dict[str, str]:
+    """Pod uid -> the node kubegang planned for it (the pod's ``kubegang.io/node`` annotation), bound or not."""
+    return {p["metadata"]["uid"]: p["metadata"]["annotations"]["kubegang.io/node"] for p in ops.pods(job)
+            if not p["metadata"].get("deletionTimestamp")}
+
+
+def test_a_gang_whose_pods_kube_scheduler_never_binds_is_requeued_whole_with_the_planned_nodes_excluded(
+        ops: Any) -> None:
+    """The other half of the rule: a pod that is never bound. Its template asks for an extended resource
+    no node has; kubegang places by GPUs and leaves that to kube-scheduler, which refuses every node, so
+    the pods stay unbound on their planned nodes until the timeout requeues the gang whole and keeps
+    the next attempt off those nodes."""
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("all", [(H100, 64)])
+    manifest = ops.job_manifest("unbindable", q, 2, 8, gangTimeoutSeconds=TIMEOUT_S)
+    limits = manifest["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    limits["example.com/widget"] = 1
+    ops.cluster.apply(manifest)
+
+    ops.cluster.wait_for("both pods of unbindable created", lambda: len(_planned(ops, "unbindable")) == 2,
+                         timeout=60, interval=1)
+    first = _planned(ops, "unbindable")
+    assert not _bound(ops, "unbindable"), ops.pods("unbindable")
+
+    def requeued() -> bool:
+        return bool(ops.status("unbindable").get("excludedNodes"))
+
+    ops.cluster.wait_for("unbindable to be requeued", requeued, timeout=TIMEOUT_S + 60, interval=1)
+    status = ops.status("unbindable")
+    assert set(first.values()) <= set(status["excludedNodes"]), status
+    timeouts = [e for e in ops.events("unbindable") if e.get("reason") == "GangTimeout"]
+    assert timeouts, ops.events("unbindable")
+    assert "2 not bound" in timeouts[0]["message"], timeouts[0]
+    assert "0 bound but not started" in timeouts[0]["message"], timeouts[0]
+
+    def next_attempt_created() -> bool:
+        now = _planned(ops, "unbindable")
+        return len(now) == 2 and not set(now) & set(first)
+
+    ops.cluster.wait_for("unbindable's next attempt created", next_attempt_created, timeout=60, interval=1)
+    assert not set(_planned(ops, "unbindable").values()) & set(first.values())
+    assert not _bound(ops, "unbindable")

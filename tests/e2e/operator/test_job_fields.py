@@ -164,10 +164,14 @@ def test_a_job_whose_pods_ask_for_no_gpu_is_unschedulable_with_no_gpus_requested
     zero = ops.job_manifest("zero", q, 1, 0, gpusPerReplica=0)
     del zero["spec"]["template"]["spec"]["containers"][0]["resources"]
     ops.cluster.apply(zero)
+    # docs/quota.md: MIG slices are no GPUs to this version.
+    mig = ops.job_manifest("mig-only", q, 1, 0)
+    mig["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": 1}}
+    ops.cluster.apply(mig)
     # Behind them in the queue: refusing them must not stop the queue.
     ops.job("gpu", q, 1, 8)
     ops.wait_phase("gpu", "Running", timeout=90)
-    for name in ("cpu-only", "zero"):
+    for name in ("cpu-only", "zero", "mig-only"):
         status = ops.wait_phase(name, "Unschedulable", timeout=60)
         cond = ops.condition(name, "Unschedulable")
         assert cond is not None and cond["status"] == "True" and cond["reason"] == "NoGPUsRequested", status
@@ -434,3 +438,42 @@ def test_required_spine_and_block_wait_for_room_inside_one_such_domain_while_clu
     assert in_spine["level"] == "spine", in_spine
     assert {labels[p["spec"]["nodeName"]]["kubegang.io/spine"] for p in ops.running_pods("in-spine")} == {spine}
     assert ops.phase("in-block") in ("Queued", "Unschedulable") and not ops.pods("in-block")
+
+
+# -- status.readyReplicas while a gang forms ------------------------------------------------------------
+def test_ready_replicas_of_a_gang_still_forming_is_written_once_its_pods_are_30_s_old(ops: Any) -> None:
+    """docs/api.md: while an admitted gang forms, ``readyReplicas`` is written with the Running phase,
+    or once its pods are 30 s old and not all ready yet. One pod of two starts at once, the other is
+    held back (kwok skips pods annotated ``kubegang.io/fake-never-start``): the count of 1 must not be
+    written while the pods are young, and must be written, phase still Admitted, once they are 30 s old."""
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("ready", [(H100, 16)])
+    ops.job("forming", q, 2, 8, annotations={"kubegang.io/fake-never-start": "true"}, gangTimeoutSeconds=300)
+
+    def bound() -> list[dict[str, Any]]:
+        return [p for p in ops.pods("forming") if p["spec"].get("nodeName")]
+
+    ops.cluster.wait_for("both pods of forming bound", lambda: len(bound()) == 2, timeout=60, interval=1)
+    first = next(p for p in bound() if _index(p) == 0)
+    ops.cluster.kubectl("annotate", "pod", first["metadata"]["name"], "-n", ops.namespace,
+                        "kubegang.io/fake-never-start-")
+
+    def started() -> bool:
+        return any(_index(p) == 0 and p["status"].get("phase") == "Running" for p in ops.pods("forming"))
+
+    ops.cluster.wait_for("pod 0 of forming Running", started, timeout=30, interval=0.5)
+    seen_running = dt.datetime.now(dt.UTC)
+    created = _at(first["metadata"]["creationTimestamp"])
+    assert (seen_running - created).total_seconds() < 20, (created, seen_running)
+    young = ops.status("forming")
+    assert young.get("phase") == "Admitted" and not young.get("readyReplicas"), young
+
+    ops.cluster.wait_for("readyReplicas 1 written", lambda: ops.status("forming").get("readyReplicas") == 1,
+                         timeout=60, interval=0.5)
+    written = dt.datetime.now(dt.UTC)
+    status = ops.status("forming")
+    assert status["phase"] == "Admitted", status
+    # Written no earlier than 30 s after the pods were created (1 s for timestamps cut to seconds).
+    assert (written - created).total_seconds() >= 29, (created, written, status)
+    assert (written - _at(status["podsCreatedAt"])).total_seconds() >= 29, (written, status)
+    assert len([p for p in ops.pods("forming") if p["status"].get("phase") == "Running"]) == 1

@@ -63,6 +63,56 @@ def test_a_72_gpu_job_lands_in_one_nvlink_domain_on_gb200(ops: Any) -> None:
     assert ops.status("nvl72")["placement"]["level"] == "nvlink"
 
 
+
+def test_required_nvlink_waits_for_a_whole_rack_on_gb200_while_a_leaf_has_room(ops: Any) -> None:
+    """``topology.required: nvlink`` where it could fail: with one tray of every NVL72 rack taken, an
+    18-tray gang that must stay in one rack waits (no pods) while the same gang allowed a leaf runs
+    across two racks; 19 trays could never be in one rack and are Unschedulable at once; a rack that
+    gets its tray back runs the waiting gang inside it."""
+    ops.cluster.use_shape("gb200-nvl72")  # 4 racks (NVLink domains) of 18 trays x 4 GPUs, 2 racks a leaf
+
+    def domains() -> dict[str, str | None]:
+        return {gn["metadata"]["name"]: ((gn.get("status") or {}).get("nvlinkDomain") or {}).get("id")
+                for gn in ops.cluster.get_json("gpunodes")["items"]}
+
+    ops.cluster.wait_for("every tray's NVLink domain", lambda: len(
+        [d for d in domains().values() if d]) == 72, timeout=60, interval=1)
+    rack = domains()
+    fillers: dict[str, str] = {}  # filler pod -> its rack
+    for i, domain in enumerate(sorted({d for d in rack.values() if d})):
+        node = min(n for n, d in rack.items() if d == domain)
+        fillers[f"filler-{i}"] = domain
+        ops.cluster.apply({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"filler-{i}", "namespace": ops.namespace,
+                         "labels": {"kubegang.io/routing": "disabled"}},
+            "spec": {"nodeName": node, "restartPolicy": "Never",
+                     "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 4}}}]},
+        })
+    assert len(fillers) == 4, fillers
+    q = ops.queue("nvl-req", [(GB200, 288)])
+    ops.job("in-rack", q, 18, 4, topology={"required": "nvlink"})
+    ops.job("in-leaf", q, 18, 4, topology={"required": "leaf"})
+    ops.job("too-wide", q, 19, 4, topology={"required": "nvlink"})
+
+    ops.wait_phase("too-wide", "Unschedulable", timeout=60)
+    cond = ops.condition("too-wide", "Unschedulable")
+    assert cond is not None and cond["reason"] == "ExceedsCluster", ops.status("too-wide")
+    assert "could ever hold it (at most 18 with every GPU free)" in cond["message"], cond
+    in_leaf = ops.wait_phase("in-leaf", "Running", timeout=120)["placement"]
+    leaf_racks = {rack[n] for n in _nodes_of(ops, "in-leaf")}
+    assert in_leaf["level"] == "leaf" and len(leaf_racks) == 2, (in_leaf, leaf_racks)
+    # 17 free trays in every rack and 34 in a leaf: room for in-rack's 18 trays, but not inside one rack.
+    assert ops.phase("in-rack") in ("Queued", "Unschedulable") and not ops.pods("in-rack"), ops.status("in-rack")
+    assert not ops.pods("too-wide")
+
+    freed = next(name for name, domain in fillers.items() if domain not in leaf_racks)
+    ops.cluster.kubectl("delete", "pod", freed, "-n", ops.namespace, "--wait=true")
+    in_rack = ops.wait_phase("in-rack", "Running", timeout=120)["placement"]
+    assert in_rack["level"] == "nvlink", in_rack
+    assert {rack[n] for n in _nodes_of(ops, "in-rack")} == {fillers[freed]}
+    assert len(_nodes_of(ops, "in-rack")) == 18
+
 # -- 3. borrowing and reclaim ---------------------------------------------------------------------
 def test_borrowed_gang_is_preempted_whole_when_the_lender_submits_and_runs_again_later(ops: Any) -> None:
     ops.cluster.use_shape("superpod-h100")

@@ -510,3 +510,62 @@ def test_queue_position_cohort_is_the_heads_place_among_the_heads_of_its_tree(op
     a, b = position("wait-a"), position("wait-b")
     assert (a["queue"], a["cohort"]) == (1, 1), a
     assert (b["queue"], b["cohort"], b["ahead"], b["aheadGPUs"]) == (1, 2, 1, 8), b
+
+
+# -- a spec the CRD of an older version let through -------------------------------------------------
+SPEC_RULES = "/spec/versions/0/schema/openAPIV3Schema/properties/spec/x-kubernetes-validations"
+"""JSON pointer, in the GPUQueue CRD, to the rules on ``spec`` (borrowingLimit and lendingLimit need a parent)."""
+
+
+def test_a_queue_spec_an_older_crd_let_through_is_invalid_spec_its_subtree_parent_inactive(ops: Ops) -> None:
+    """docs/api.md: ``InvalidSpec``, naming the field, for a queue whose spec the operator cannot read,
+    such as a value an older CRD let through, with the queues under it ``ParentInactive``. The test
+    plays the upgrade: the CRD's rule is taken out while a root queue with a borrowingLimit is written,
+    then put back. The rest of the tree admits meanwhile, and a fixed spec brings the subtree back."""
+    ops.cluster.use_shape("superpod-h100")
+    crd = "gpuqueues.kubegang.io"
+    rules = ops.cluster.get_json("crd", crd)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
+        "spec"]["x-kubernetes-validations"]
+    assert any("borrowingLimit" in r["rule"] for r in rules), rules
+    root = f"{ops.namespace}-old-root"
+    body = {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUQueue", "metadata": {"name": root},
+            "spec": {"resources": [{"flavor": H100, "nominal": 8, "borrowingLimit": 4}]}}
+    ops.cluster.kubectl("patch", "crd", crd, "--type", "json", "-p", json.dumps(
+        [{"op": "test", "path": SPEC_RULES, "value": rules}, {"op": "remove", "path": SPEC_RULES}]))
+    try:
+        # The API server takes a moment to serve the changed schema.
+        ops.cluster.wait_for(f"GPUQueue {root} accepted without the rule", lambda: ops.cluster.kubectl(
+            "apply", "-f", "-", input=json.dumps(body), check=False).returncode == 0, timeout=60, interval=1)
+        ops.queues.append(root)
+    finally:
+        ops.cluster.kubectl("patch", "crd", crd, "--type", "json",
+                            "-p", json.dumps([{"op": "add", "path": SPEC_RULES, "value": rules}]))
+    ops.cluster.wait_for("the rule back in force", lambda: ops.cluster.kubectl(
+        "apply", "--dry-run=server", "-f", "-", check=False,
+        input=json.dumps({**body, "metadata": {"name": f"{root}-probe"}})).returncode != 0, timeout=60, interval=1)
+    under = ops.queue("under-old-root", [(H100, 8)], parent=root)
+    ops.job("waits", under, 1, 8)
+    fine = ops.queue("elsewhere", [(H100, 8)])
+    ops.job("runs", fine, 1, 8)
+
+    def active(queue: str) -> dict[str, Any]:
+        return next((c for c in _queue_status(ops, queue).get("conditions") or [] if c.get("type") == "Active"), {})
+
+    ops.cluster.wait_for("the old root InvalidSpec and the queue under it ParentInactive", lambda: (
+        (active(root).get("status"), active(root).get("reason")) == ("False", "InvalidSpec")
+        and (active(under).get("status"), active(under).get("reason")) == ("False", "ParentInactive")),
+        timeout=30, interval=1)
+    assert "borrowingLimit" in active(root)["message"], active(root)
+    assert root in active(under)["message"], active(under)
+    ops.wait_phase("waits", "Unschedulable", timeout=60)
+    cond = ops.condition("waits", "Unschedulable")
+    assert cond is not None and cond["reason"] == "QueueInactive", ops.status("waits")
+    assert not ops.pods("waits")
+    ops.wait_phase("runs", "Running", timeout=60)
+
+    # Fixed as the new CRD demands, the subtree joins the tree and the waiting job runs.
+    ops.cluster.kubectl("patch", "gpuqueue", root, "--type", "json",
+                        "-p", json.dumps([{"op": "remove", "path": "/spec/resources/0/borrowingLimit"}]))
+    ops.wait_phase("waits", "Running", timeout=60)
+    ops.cluster.wait_for("the fixed queues active", lambda: all(
+        active(q).get("status") == "True" for q in (root, under)), timeout=30, interval=1)

@@ -441,3 +441,58 @@ def test_the_demo_queues_comments_hold_borrowing_limit_and_flavour_order(demo: A
                          timeout=120, interval=1)
         cluster.kubectl("delete", "-f", str(QUEUES), "--ignore-not-found", "--wait=true", "--timeout=60s",
                         check=False)
+
+
+def test_the_demo_priority_classes_order_who_yields_research_low_first(demo: Any) -> None:
+    """examples/demo/priorityclasses.yaml: research-low jobs yield to everything else (the first to be
+    preempted), research-high ones go ahead of ordinary ones and, where the queue allows, preempt them.
+    team-b (withinQueue: LowerPriority) holds the demo tree's 64 H200s with a research-low gang; an
+    ordinary gang evicts it; a research-high gang of all 64 then evicts the ordinary one."""
+    cluster = demo
+
+    def job(name: str, replicas: int, priority_class: str | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"queue": "team-b", "replicas": replicas, "gpuProduct": "NVIDIA-H200",
+                                "template": {"spec": {"containers": [
+                                    {"name": "main", "image": "probe:1", "resources": {"limits": {GPU: 8}}}]}}}
+        if priority_class:
+            spec["priorityClassName"] = priority_class
+        return {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob",
+                "metadata": {"name": name, "namespace": "team-b"}, "spec": spec}
+
+    def status(name: str) -> dict[str, Any]:
+        return dict(cluster.get_json("gpujob", name, "-n", "team-b").get("status") or {})
+
+    def preempted_by(name: str, by: str) -> bool:
+        cond: dict[str, Any] = next(
+            (c for c in status(name).get("conditions") or [] if c.get("type") == "Preempted"), {})
+        return cond.get("status") == "True" and f"team-b/{by}" in str(cond.get("message"))
+
+    def running(name: str) -> bool:
+        return status(name).get("phase") == "Running"
+
+    jobs = [job("low", 8, "research-low"), job("ordinary", 4), job("high", 8, "research-high")]
+    try:
+        cluster.kubectl("apply", "-f", str(QUEUES), "-f", str(PRIORITY_CLASSES))
+        cluster.apply(jobs[0])  # 64 H200s: team-b's 32 and the 32 team-a lends
+        cluster.wait_for("low Running", lambda: running("low"), timeout=RUNNING_TIMEOUT, interval=1)
+        cluster.apply(jobs[1])
+        cluster.wait_for("low preempted by ordinary", lambda: preempted_by("low", "ordinary"), timeout=60, interval=1)
+        cluster.wait_for("ordinary Running", lambda: running("ordinary"), timeout=RUNNING_TIMEOUT, interval=1)
+        assert status("low").get("phase") == "Queued", status("low")
+        cluster.apply(jobs[2])
+        cluster.wait_for("ordinary preempted by high", lambda: preempted_by("ordinary", "high"), timeout=60,
+                         interval=1)
+        cluster.wait_for("high Running", lambda: running("high"), timeout=RUNNING_TIMEOUT, interval=1)
+        assert len(_pods(cluster, "team-b", "high")) == 8
+        assert {status(n).get("phase") for n in ("low", "ordinary")} == {"Queued"}
+        # research-low, waiting, never took anything back from either.
+        assert not _pods(cluster, "team-b", "low")
+    finally:
+        cluster.kubectl("delete", "-f", "-", "--ignore-not-found", "--wait=true", "--timeout=120s",
+                        input=yaml.safe_dump_all(jobs), check=False)
+        for j in jobs:
+            name = j["metadata"]["name"]
+            cluster.wait_for(f"{name}'s pods gone", lambda name=name: not _pods(cluster, "team-b", name),
+                             timeout=120, interval=1)
+        cluster.kubectl("delete", "-f", str(QUEUES), "--ignore-not-found", "--wait=true", "--timeout=60s",
+                        check=False)

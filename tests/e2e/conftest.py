@@ -95,13 +95,32 @@ class Cluster:
         _hack("nodes", str(name if isinstance(name, Path) else SHAPES / f"{name}.yaml"), cluster_dir=self.cluster_dir)
         self.shape = str(name)
 
-    def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float = 60, interval: float = 0.5) -> None:
+    def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float = 60, interval: float = 0.5,
+                 detail: Callable[[], str] | None = None) -> None:
+        """Poll ``predicate`` until it holds; on timeout fail with ``what`` and, if given, ``detail()``:
+        the state a rare failure needs explained, read at the moment it failed."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if predicate():
                 return
             time.sleep(interval)
-        raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        message = f"timed out after {timeout:.0f}s waiting for {what}"
+        if detail is not None:
+            try:
+                message += f"\n{detail()}"
+            except Exception as exc:  # the detail must never hide the timeout itself
+                message += f"\n(no detail: {exc!r})"
+        raise AssertionError(message)
+
+    def log_lines(self, process: str, needle: str, limit: int = 20) -> list[str]:
+        """The last ``limit`` lines of a local control-plane process's log that contain ``needle``."""
+        if self.cluster_dir is None:
+            return []
+        path = self.cluster_dir / "logs" / f"{process}.log"
+        if not path.exists():
+            return []
+        lines = [line for line in path.read_text(errors="replace").splitlines() if needle in line]
+        return lines[-limit:]
 
 
 def _hack(*args: str, cluster_dir: Path) -> subprocess.CompletedProcess[str]:

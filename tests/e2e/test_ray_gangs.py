@@ -22,6 +22,8 @@ from .conftest import tool
 Cluster = Any
 H100 = "NVIDIA-H100-80GB-HBM3"
 LEAF = "kubegang.io/leaf"
+NODE = "kubegang.io/node"
+"""The annotation that pins a pod to the node of its slot (docs/ray-and-pod-groups.md)."""
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -56,6 +58,23 @@ def _why(cluster: Cluster, namespace: str, job: str) -> str:
                           env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
+
+
+def _ray_state(cluster: Cluster, namespace: str, job: str) -> str:
+    """What a Ray cluster that does not start is stuck on: each pod's pin, node and PodScheduled message,
+    the GPUJob's status, and what kube-scheduler and the extender logged about the unbound pods."""
+    lines = [f"GPUJob {job}: {json.dumps((_job(cluster, namespace, job) or {}).get('status') or {})[:1500]}"]
+    for pod in cluster.get_json("pods", "-n", namespace)["items"]:
+        meta, name = pod["metadata"], pod["metadata"]["name"]
+        scheduled: dict[str, Any] = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                          if c.get("type") == "PodScheduled"), {})
+        lines.append(f"pod {name}: node={pod['spec'].get('nodeName')} pin={meta.get('annotations', {}).get(NODE)} "
+                     f"deleting={bool(meta.get('deletionTimestamp'))} phase={(pod.get('status') or {}).get('phase')} "
+                     f"PodScheduled={scheduled.get('status')} {scheduled.get('reason')}: {scheduled.get('message')}")
+        if not pod["spec"].get("nodeName"):
+            for process in ("kube-scheduler", "kubegang-extender"):
+                lines += [f"  {process}: {line[:400]}" for line in cluster.log_lines(process, name, limit=8)]
+    return "\n".join(lines)
 
 
 def _held_whole(cluster: Cluster, namespace: str, selector: str, seconds: float = 6) -> None:
@@ -302,7 +321,7 @@ def test_a_higher_priority_gang_preempts_a_ray_cluster_whole_and_it_runs_again_a
     try:
         cluster.kubectl("create", "-f", "-", input=json.dumps(rc))
         cluster.wait_for("the Ray cluster Running", lambda: _phase(cluster, namespace, "raycluster-rc") == "Running",
-                         timeout=120)
+                         timeout=120, detail=lambda: _ray_state(cluster, namespace, "raycluster-rc"))
         assert len(_pods(cluster, namespace, "ray.io/cluster=rc")) == 3
 
         cluster.apply(high)

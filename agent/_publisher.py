@@ -128,7 +128,7 @@ class NodePublisher:
                 errors.append(self._failed("status", exc))
             else:
                 self._status_fp, self._status_at, wrote_status = status_fp, now, True
-        if labels_fp != self._labels_fp or self._due(self._labels_at, now):
+        if labels and (labels_fp != self._labels_fp or self._due(self._labels_at, now)):
             try:
                 await self._sink.patch_labels(self.node, labels)
                 self._metrics.writes.labels("labels").inc()

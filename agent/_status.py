@@ -26,6 +26,8 @@ LABEL_COUNT = "nvidia.com/gpu.count"
 LABEL_PRESENT = "nvidia.com/gpu.present"
 LABEL_DOMAIN = "kubegang.io/nvlink-domain"
 NVIDIA_LABELS = (LABEL_CLIQUE, LABEL_PRODUCT, LABEL_COUNT, LABEL_PRESENT)
+REASON_NVML_UNAVAILABLE = "NVMLUnavailable"
+"""The reason of the Ready condition of a GPUNode whose agent could not use NVML."""
 
 _MIB = 1 << 20
 GPU_LOST = "GPU is lost (NVML_ERROR_GPU_IS_LOST): fallen off the bus or otherwise inaccessible; reset required"
@@ -124,8 +126,8 @@ def _conditions(
     verdict = nvlink_domain(readings.gpus)
     unknown = len(readings.unknown)
     if readings.nvml_error is not None:
-        ready = ("False", "NVMLUnavailable", f"NVML could not be used: {readings.nvml_error}")
-        healthy = ("Unknown", "NVMLUnavailable", "no GPU readings")
+        ready = ("False", REASON_NVML_UNAVAILABLE, f"NVML could not be used: {readings.nvml_error}")
+        healthy = ("Unknown", REASON_NVML_UNAVAILABLE, "no GPU readings")
     else:
         ready = ("True", "ReadingsPublished", f"{len(gpus)} GPUs read; {unknown} readings unknown")
         sick = [g for g in gpus if not g.health.healthy]
@@ -202,7 +204,15 @@ def node_labels(status: GPUNodeStatus, *, nvidia_labels: bool = True) -> dict[st
 
     A node without an NVLink domain carries neither the clique nor the domain label: absence is
     what GPU feature discovery does too, and a placement engine reads it as "own domain".
+
+    While NVML cannot be used (no driver yet) nothing is known about the node's GPUs, so no label
+    is written at all (an absent key leaves the node's label as it is). Writing
+    ``gpu.present=false`` then would take the node out of the agent DaemonSet's own node selector
+    (``nvidia.com/gpu.present: "true"``): the agent would be deleted from the node before the
+    driver loaded, and nothing would ever set the label back.
     """
+    if nvml_unavailable(status):
+        return {}
     domain = status.nvlink_domain
     labels: dict[str, str | None] = {LABEL_DOMAIN: domain.id if domain else None}
     if nvidia_labels:
@@ -216,6 +226,11 @@ def node_labels(status: GPUNodeStatus, *, nvidia_labels: bool = True) -> dict[st
             }
         )
     return dict(sorted(labels.items()))
+
+
+def nvml_unavailable(status: GPUNodeStatus) -> bool:
+    """True when the status was built without NVML (``Ready=False``, reason ``NVMLUnavailable``)."""
+    return any(c.type == "Ready" and c.reason == REASON_NVML_UNAVAILABLE for c in status.conditions)
 
 
 def status_payload(status: GPUNodeStatus) -> dict[str, Any]:

@@ -55,3 +55,12 @@ def test_no_gpus_means_not_present() -> None:
     labels = node_labels(status)
     assert labels["nvidia.com/gpu.present"] == "false" and labels["nvidia.com/gpu.count"] == "0"
     assert labels["nvidia.com/gpu.product"] is None
+
+
+def test_without_nvml_no_label_is_touched() -> None:
+    """The agent DaemonSet selects nodes by ``nvidia.com/gpu.present=true``: a ``false`` written
+    before the driver has loaded would remove the agent from the node for good."""
+    dump = {"init": {"code": 9, "error": "NVMLError_DriverNotLoaded", "msg": "Driver Not Loaded"}, "devices": []}
+    status = build_status(parse_dump(dump), now=NOW)
+    assert node_labels(status) == {}
+    assert node_labels(status, nvidia_labels=False) == {}

@@ -275,3 +275,27 @@ async def test_a_backend_whose_version_stands_still_is_not_read_until_a_write_is
     result = await pub.poll_once()
     assert (result.status_written, result.labels_written) == (True, True)
     assert backend.reads == 6
+
+
+async def test_a_node_whose_driver_loads_late_keeps_its_labels_until_the_gpus_are_read(load_dump_fixture: Load) -> None:
+    """While NVML cannot be used the agent writes the GPUNode (Ready=False) but no label: the
+    node keeps ``gpu.present=true``, so the agent DaemonSet keeps its pod there, and the labels
+    follow once the driver has loaded."""
+    sink, clock = RecordingSink(), Clock()
+    sink.labels["n1"] = {"nvidia.com/gpu.present": "true"}
+    no_driver = {"init": {"code": 9, "error": "NVMLError_DriverNotLoaded", "msg": "Driver Not Loaded"}, "devices": []}
+    pub, backend = publisher(no_driver, sink, clock)
+
+    first = await pub.poll_once()
+    assert (first.status_written, first.labels_written) == (True, False)
+    clock.t += 400  # past the resync interval: still nothing to write
+    await pub.poll_once()
+    assert ("labels", "n1") not in sink.calls
+    assert sink.labels["n1"] == {"nvidia.com/gpu.present": "true"}
+
+    backend.dump = load_dump_fixture("gb200-nvl72-tray")
+    clock.t += 10
+    result = await pub.poll_once()
+    assert result.labels_written
+    assert sink.labels["n1"]["nvidia.com/gpu.present"] == "true"
+    assert sink.labels["n1"]["nvidia.com/gpu.count"] == "4"

@@ -240,3 +240,87 @@ async def test_a_dump_or_annotation_that_cannot_be_read_stops_no_other_node(fixt
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+
+async def test_healthz_follows_the_polls_not_the_api_server(fixtures_dir: Path) -> None:
+    """docs/agent.md: ``/healthz`` is healthy while every served node polled within three poll
+    intervals (plus 5 s of slack), and API errors do not count: a restart would not fix the API server."""
+
+    class Refusing(FakeCluster):
+        async def patch_status(self, name: str, status: Mapping[str, Any]) -> None:
+            raise RuntimeError("the server is currently unable to handle the request")
+
+    cluster = Refusing([node("hgx-0", "hgx-h100-8gpu")])
+    # One poll at start, the next 100 s later: the test moves the last poll back by hand.
+    settings = AgentSettings(replay_dir=fixtures_dir, nodes_from_label="type=kwok", poll_interval_s=100,
+                             resync_interval_s=3600, metrics_port=0)  # fmt: skip
+    agent = Agent(settings, cluster, AgentMetrics())
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_for(lambda: "hgx-0" in agent._served and agent._served["hgx-0"].publisher.last_poll is not None)
+        assert "hgx-0" not in cluster.status  # its status write failed
+        assert agent.healthy()
+
+        publisher = agent._served["hgx-0"].publisher
+        polled = publisher.last_poll
+        assert polled is not None
+        publisher.last_poll = polled - (3 * settings.poll_interval_s + 5) + 1  # 3 intervals + 5 s, less 1 s
+        assert agent.healthy()
+        publisher.last_poll = polled - (3 * settings.poll_interval_s + 5) - 1
+        assert not agent.healthy()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_the_deletion_watch_backs_off_as_documented(fixtures_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/agent.md: a failed or ended deletion watch reconnects after a delay drawn between 0.5 s
+    and a ceiling that starts at 5 s and doubles per consecutive failure up to the resync interval;
+    an event resets it."""
+    import kubegang.agent._agent as agent_module
+    from kubegang.backoff import Backoff
+
+    made: list[Backoff] = []
+    ceilings: list[float] = []
+
+    class Recorded(Backoff):
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            made.append(self)
+
+        async def sleep(self) -> float:  # record the ceiling of each wait, and do not wait
+            ceilings.append(self.ceiling())
+            self.next_delay()
+            await asyncio.sleep(0)
+            return 0.0
+
+    monkeypatch.setattr(agent_module, "Backoff", Recorded)
+    failing = {"left": 4}
+
+    class Flaky(FakeCluster):
+        async def deleted_gpunodes(self, name: str | None = None) -> AsyncIterator[str]:
+            self.watched.append(name)
+            if failing["left"] > 0:
+                failing["left"] -= 1
+                raise RuntimeError("connection reset by peer")
+            async for deleted in super().deleted_gpunodes(name):
+                yield deleted
+                return  # one event, then the stream ends: the backoff starts again from 5 s
+
+    cluster = Flaky([node("hgx-0", "hgx-h100-8gpu")])
+    settings = AgentSettings(replay_dir=fixtures_dir, nodes_from_label="type=kwok", poll_interval_s=0.05,
+                             resync_interval_s=30, metrics_port=0)  # fmt: skip
+    agent = Agent(settings, cluster, AgentMetrics())
+    task = asyncio.create_task(agent.run())
+    try:
+        await wait_for(lambda: len(cluster.watched) >= 5 and "hgx-0" in cluster.status)
+        (backoff,) = made
+        assert (backoff.floor, backoff.initial_seconds, backoff.max_seconds) == (0.5, 5.0, 30)
+        assert ceilings[:4] == [5.0, 10.0, 20.0, 30]  # doubling, capped at the resync interval
+        cluster.delete("hgx-0")  # an event on the fifth watch, which then ends
+        await wait_for(lambda: len(ceilings) >= 5)
+        assert ceilings[4] == 5.0
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

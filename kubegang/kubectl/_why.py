@@ -40,13 +40,24 @@ def _job_row(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]:
             "age": age(job.created, now), "phase": job.phase.value}
 
 
+def _leaves(engine: Engine, queues: set[str]) -> set[str]:
+    """The queues of ``queues`` that are nobody's parent: the only ones whose status counts a job once."""
+    parents = {(body.get("spec") or {}).get("parent") for body in engine.cache.queues.values()}
+    return {q for q in queues if q not in parents}
+
+
 def _hidden_pending(engine: Engine, queues: set[str]) -> int:
-    """Waiting jobs of ``queues`` the operator counted (GPUQueue status) that the user cannot see."""
+    """Waiting jobs of ``queues`` the operator counted (GPUQueue status) that the user cannot see.
+
+    The operator writes a parent's ``pending`` as its whole subtree's, so only leaves are summed (else
+    a job would count once per level). Every hidden waiting job counts, ahead of this one or behind
+    it: their priorities and creation times are not readable here, so their order is unknown."""
     if not engine.jobs_hidden:
         return 0
-    visible = sum(1 for j in engine.pending() if j.queue in queues)
+    leaves = _leaves(engine, queues)
+    visible = sum(1 for j in engine.pending() if j.queue in leaves)
     counted = sum(int((engine.cache.queues[q].get("status") or {}).get("pending") or 0)
-                  for q in queues if q in engine.cache.queues)
+                  for q in leaves if q in engine.cache.queues)
     return max(0, counted - visible)
 
 
@@ -244,7 +255,8 @@ def why_lines(report: Mapping[str, Any], style: Style) -> list[str]:
             if rows:
                 lines += table(["job", "queue", "gpus", "priority", "age"], rows, indent="  ")
             if hidden:
-                lines.append(f"  + {hidden} waiting job(s) of other namespaces in this cohort (not visible to you)")
+                lines.append(f"  + {hidden} waiting job(s) of other namespaces in this cohort (not visible to you), "
+                             "ahead of this one or behind it")
         else:
             lines.append("Jobs ahead: none")
     if "quota" in report:

@@ -5,12 +5,23 @@ what-if), and other teams' jobs are counted, not named, when RBAC hides them."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from kubegang.kubectl import Engine, nodes_report, queues_report, what_if_report, why_report
+from kubegang.kubectl._render import Style
+from kubegang.kubectl._why import why_lines
+from kubegang.operator._controller import queue_status
 
 from .conftest import H200, cluster, job, queue
 
 NOW = dt.datetime(2026, 12, 1, 10, 30, tzinfo=dt.UTC)
+
+
+class Plain(Style):
+    """No colour, so lines compare as text."""
+
+    def __init__(self) -> None:
+        self.on = False
 
 
 def _why(objects: object, name: str, namespace: str = "a") -> dict:
@@ -105,6 +116,13 @@ def test_what_if_answers_for_a_manifest_without_creating_anything() -> None:
     assert len(objects.jobs) == 1  # nothing added to what was read
 
 
+def _as_the_operator_writes(admin: Engine) -> list[dict[str, Any]]:
+    """The GPUQueues with the status the operator's leader writes for ``admin``'s cluster (a parent's
+    ``pending`` counts its whole subtree), as a user who may read GPUQueues but not others' jobs sees them."""
+    statuses = queue_status(admin.cache, admin.book)
+    return [{**body, "status": statuses[name]} for name, body in admin.cache.queues.items()]
+
+
 def test_a_user_who_cannot_list_other_namespaces_sees_counts_and_the_same_quota_numbers() -> None:
     # What the admin sees ...
     other = job("secret-run", "b", "team-b", 2, phase="Running", reason="Running", on=["n0", "n1"])
@@ -113,18 +131,33 @@ def test_a_user_who_cannot_list_other_namespaces_sees_counts_and_the_same_quota_
     admin = Engine(cluster(other, mine, theirs))
     admin_quota = why_report(admin, admin.find("a", "mine"), NOW)["quota"]  # type: ignore[arg-type]
     # ... and what a user of namespace a sees: their own job, queue statuses as the operator wrote them.
-    qs = [queue("org", 0), queue("team-a", 16, "org"), queue("team-b", 16, "org")]
-    qs[2]["status"] = {"usage": [{"flavor": H200, "gpus": 16}], "pending": 1, "admitted": 1}
-    qs[0]["status"] = {"usage": [{"flavor": H200, "gpus": 16}], "pending": 1, "admitted": 1}
+    qs = _as_the_operator_writes(admin)
+    assert {q["metadata"]["name"]: q["status"]["pending"] for q in qs} == {"org": 2, "team-a": 1, "team-b": 1}
     restricted = cluster(mine, queues=qs)
     restricted.hidden = {"gpujobs": "only namespace a: forbidden", "pods": "only namespace a: forbidden"}
     engine = Engine(restricted)
     report = why_report(engine, engine.find("a", "mine"), NOW)  # type: ignore[arg-type]
     assert report["quota"] == admin_quota
+    # One hidden job waits: org's 2 is the subtree's (mine and theirs), so it is not added again.
     assert report["aheadNotVisible"] == 1
+    # Said as what it is (docs/why-pending.md): hidden jobs of the cohort, their order unknown.
+    assert ("  + 1 waiting job(s) of other namespaces in this cohort (not visible to you), ahead of this one "
+            "or behind it") in why_lines(report, Plain())
     assert "may count as free" in report["placementNow"]["partial"]
     assert all("secret" not in a["job"] for a in report["ahead"])
     assert "secret" not in str(queues_report(engine))
+
+
+def test_hidden_waiting_jobs_are_counted_once_in_a_three_level_tree() -> None:
+    """root -> org -> team-a / team-b: the operator's root and org statuses both count every job below."""
+    qs = [queue("root", 0), queue("org", 0, "root"), queue("team-a", 16, "org"), queue("team-b", 16, "org")]
+    mine = job("mine", "a", "team-a", 4)
+    hidden = [job(f"secret-{i}", "b", "team-b", 1) for i in range(2)]
+    restricted = cluster(mine, queues=_as_the_operator_writes(Engine(cluster(mine, *hidden, queues=qs))))
+    restricted.hidden = {"gpujobs": "only namespace a: forbidden"}
+    engine = Engine(restricted)
+    report = why_report(engine, engine.find("a", "mine"), NOW)  # type: ignore[arg-type]
+    assert report["aheadNotVisible"] == 2
 
 
 def test_queues_report_shows_the_tree_s_numbers_per_flavour() -> None:

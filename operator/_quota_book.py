@@ -268,7 +268,7 @@ class QuotaBook:
         waiting = [job for job in pending if job.queue in leaves]
         stray = [job for job in pending if job.queue not in leaves]  # can_admit explains: no such leaf queue
         return leaf_heads(self.tree, waiting, lambda job: (job.queue, self.priority(job), job.created.timestamp()),
-                          self._pending_job) + stray
+                          self.pending_job) + stray
 
     def _namespace_refusal(self, job: JobView) -> Verdict | None:
         """No for a job whose queue cannot take it whatever the usage: unknown, not a leaf, or not
@@ -352,16 +352,17 @@ class QuotaBook:
 
     def positions(self, pending: Sequence[JobView]) -> dict[str, QueuePosition]:
         """Where each waiting job stands (``kubegang.quota.queue_positions``: the cycle's own order)."""
-        return queue_positions(self.tree, [self._pending_job(job) for job in pending])
+        return queue_positions(self.tree, [self.pending_job(job) for job in pending])
 
-    def _pending_job(self, job: JobView) -> PendingJob:
+    def pending_job(self, job: JobView) -> PendingJob:
+        """``job`` as the quota tree sees it: queue, request, priority and creation time."""
         return PendingJob(job.uid, job.queue, self.usage_of(job), self.priority(job), job.created.timestamp())
 
     def can_admit_without(self, job: JobView, evicted: Sequence[str]) -> Verdict:
-        return quota_verdict(fits_after_eviction(self.tree, self._pending_job(job), evicted))
+        return quota_verdict(fits_after_eviction(self.tree, self.pending_job(job), evicted))
 
     def quota_victims(self, job: JobView, candidates: Sequence[str]) -> list[str] | None:
-        return quota_victims(self.tree, self._pending_job(job), candidates)
+        return quota_victims(self.tree, self.pending_job(job), candidates)
 
     def reserve_after(self, job: JobView) -> float | None:
         return self._reserve_after.get(job.queue)
@@ -420,7 +421,7 @@ class QuotaBook:
         ]
         return [
             Preemptible(self._held[c.job.job_id], _why(c.reason, job, self._held[c.job.job_id]))
-            for c in candidates_for(self._pending_job(job), self.tree, running)
+            for c in candidates_for(self.pending_job(job), self.tree, running)
         ]
 
     def usage(self) -> Mapping[str, QueueUsage]:

@@ -10,8 +10,9 @@ One cycle, as Kueue's ``schedule()``:
 
 1. **Candidates** — waiting jobs, less those found Unschedulable under the current queue tree (until
    the tree or the job changes) and those whose handling failed, until their backoff ends.
-2. **Order** — the heads of the leaf queues in fair-share order (the quota port), holders of a
-   backfill reservation first. A head that cannot be admitted steps aside for the next job of its
+2. **Order** — the heads of the leaf queues in the quota port's order (priority, then fair share,
+   then creation time), holders of a backfill reservation first among the heads of their priority
+   (``Backfill.order``). A head that cannot be admitted steps aside for the next job of its
    queue (BestEffortFIFO backfill), for at most ``max_rounds`` rounds; a head that is preempting
    holds its queue, so nobody behind it takes the GPUs it is freeing (so does a blocked head under
    StrictFIFO).
@@ -209,7 +210,8 @@ class AdmissionCycle(Generic[J, P]):
         return entries
 
     def _order(self, candidates: list[J], now: float) -> tuple[list[J], list[Entry[J, P]]]:
-        """The quota port's order, reservation holders first; a job that breaks it is set aside."""
+        """The quota port's order, reservation holders first among their priority; a job that breaks it
+        is set aside."""
         try:
             ordered = self.quota.order(candidates)
             failed: list[Entry[J, P]] = []
@@ -228,7 +230,20 @@ class AdmissionCycle(Generic[J, P]):
             except Exception as exc:  # no single job breaks it: a bug of the port; try again next cycle
                 log.error("ordering still fails without the failing jobs: %s", exc)
                 ordered = []
-        return sorted(ordered, key=lambda job: self.backfill.reservation(job.uid) is None), failed
+        return self._holders_first(ordered), failed
+
+    def _holders_first(self, ordered: list[J]) -> list[J]:
+        """``ordered`` with reservation holders first among the heads of their priority (``Backfill.order``,
+        the one rule). The quota port's order is priority first (across queues and trees alike), so this
+        keeps the fair-share order within a priority and moves holders only. Holders are heads of the
+        quota tree (they passed quota to be blocked), so the jobs after the last of them keep their place
+        and only the heads up to it are read as the quota tree sees them."""
+        last = max((i for i, job in enumerate(ordered) if self.backfill.reservation(job.uid) is not None), default=-1)
+        if last < 0:
+            return ordered
+        by_uid = {job.uid: job for job in ordered[:last + 1]}
+        heads = self.backfill.order([self.quota.pending_job(job) for job in ordered[:last + 1]])
+        return [by_uid[head.job_id] for head in heads] + ordered[last + 1:]
 
     def _attempt(self, job: J, holds_pods: Callable[[str], bool], now: float) -> _Step[J, P]:
         """Steps 3 to 6 for one head, its errors turned into its own entry."""

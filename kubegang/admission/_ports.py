@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from kubegang.admission._types import J, Preemptible, Verdict
+from kubegang.quota import PendingJob
 
 
 class QuotaPort(Protocol[J]):
@@ -20,6 +21,11 @@ class QuotaPort(Protocol[J]):
 
     def order(self, pending: Sequence[J]) -> list[J]:
         """The heads of the leaf queues among ``pending``, in fair-share order."""
+        ...
+
+    def pending_job(self, job: J) -> PendingJob:
+        """``job`` as the quota tree orders it (queue, request, priority, creation time): the cycle reads
+        its priority to put reservation holders first among the heads of their priority."""
         ...
 
     def flavor_options(self, job: J) -> list[J]:

@@ -267,7 +267,9 @@ class Backfill:
         self.unlodge(job_id)
 
     def order(self, heads: Sequence[PendingJob]) -> list[PendingJob]:
-        """``heads`` (in admission order) with reservation holders first among their priority."""
+        """``heads`` (in admission order: priority first) with reservation holders first among the heads
+        of their priority, the rest in their order (a stable sort). The admission cycle orders its heads
+        with it (``AdmissionCycle``, step 2)."""
         return sorted(heads, key=lambda h: (-h.priority, h.job_id not in self._reserved))
 
 

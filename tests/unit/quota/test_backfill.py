@@ -66,10 +66,15 @@ def test_a_reservation_is_due_only_after_the_bound_and_only_one_at_a_time() -> N
 
 
 def test_reservation_holders_go_first_among_their_priority() -> None:
-    backfill = Backfill()
-    heads = [PendingJob("hi", "a", priority=5), PendingJob("x", "a"), PendingJob("holder", "b")]
+    # The admission cycle orders its heads with this (AdmissionCycle._holders_first; through the cycle:
+    # tests/unit/admission/test_cycle.py). Heads come in admission order, priority first; within a
+    # priority the others keep their (fair-share) order, and a holder does not pass a higher priority.
+    backfill = Backfill(BackfillPolicy(max_reservations=2))
+    heads = [PendingJob("hi", "a", priority=5), PendingJob("y", "c"), PendingJob("x", "a"),
+             PendingJob("holder", "b"), PendingJob("low", "d", priority=-1), PendingJob("low-holder", "e", priority=-1)]
     backfill.reserve("holder", [])
-    assert [h.job_id for h in backfill.order(heads)] == ["hi", "holder", "x"]
+    backfill.reserve("low-holder", [])
+    assert [h.job_id for h in backfill.order(heads)] == ["hi", "holder", "y", "x", "low-holder", "low"]
 
 
 def test_strict_fifo_and_no_bound_never_reserve() -> None:

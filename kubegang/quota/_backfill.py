@@ -10,10 +10,10 @@ gb200-nvl72 grew from 26 h to 64 h): small jobs keep taking every GPU that frees
 
 The rule, Slurm's EASY backfill, with run-time estimates where jobs give a time limit:
 
-1. ``BEST_EFFORT_FIFO`` (default): a head that fits in quota but not on the GPUs steps aside for the
-   rest of the cycle, so the jobs behind it, in its queue and in others, may start now. Quota
-   refusals are handled by ``PendingQueues`` (parking) as before. ``STRICT_FIFO``: it keeps its
-   place and its queue waits (the old behaviour, for teams that want strict order).
+1. ``BEST_EFFORT_FIFO`` (default): a head that is not admitted (no room on the GPUs, or no quota)
+   steps aside for the rest of the cycle, so the jobs behind it, in its queue and in others, may
+   start now. ``STRICT_FIFO``: it keeps its place and its queue waits (the old behaviour, for teams
+   that want strict order; a core setting, not exposed by the operator).
 2. The first time a job is blocked is remembered (no room on the GPUs, or parked by quota: a gang
    bigger than what is free is refused by the root's quota before placement is asked). Once it has been blocked for
    ``reserve_after_seconds``, it gets a *reservation*: the nodes of the placement it would get once

@@ -500,9 +500,11 @@ class Admission:
         self.writer.later(job, patch)
 
     def _export_queue_gauges(self, pending: Sequence[JobView]) -> None:
+        # Existing queues only: the jobs of a deleted queue still wait, but its series goes with it.
         counts: dict[str, int] = {name: 0 for name in self.cache.queues}
         for job in pending:
-            counts[job.queue] = counts.get(job.queue, 0) + 1
+            if job.queue in counts:
+                counts[job.queue] += 1
         metrics.QUEUE_PENDING_JOBS.export(counts)
 
 

@@ -93,7 +93,8 @@ def queue_status(cache: ClusterCache, quota: QuotaPort,
             if name in pending:
                 pending[name] += 1
     for job in cache.holding():
-        own[job.queue] = own.get(job.queue, 0) + 1
+        if job.queue in own:  # a deleted queue's series goes, though its jobs still hold quota
+            own[job.queue] += 1
         for name in up(job.queue):
             if name in admitted:
                 admitted[name] += 1

@@ -133,6 +133,10 @@ def _share_gpu(spec: dict[str, Any], slot: ReplicaPlacement, milli: int, shared_
     the device plugin's sharing mode configured, one replica of its shared resource."""
     visible = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(str(g) for g in slot.gpus)},
                {"name": "KUBEGANG_GPU_MILLI", "value": str(milli)}]
+    # Init containers too: one built on a CUDA image inherits the image's NVIDIA_VISIBLE_DEVICES=all
+    # and would see every GPU of the node otherwise.
+    for container in spec.get("initContainers") or []:
+        container["env"] = _merge_env(list(container.get("env") or []), visible)
     for index, container in enumerate(spec.get("containers") or []):
         container["env"] = _merge_env(list(container.get("env") or []), visible)
         if shared_resource and index == 0:

@@ -120,3 +120,21 @@ def test_a_shared_gpu_pod_carries_its_gpu_and_share_but_no_whole_gpu(job_body: A
     assert env_of(pod)["NVIDIA_VISIBLE_DEVICES"] == "3"
     shared = build_gang(job, one, shared_gpu_resource="nvidia.com/gpu.shared").pods[0]
     assert shared["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu.shared": 1}
+
+
+def test_a_shared_gpu_pods_init_containers_see_only_its_gpu_too(job_body: Any) -> None:
+    """docs/sharing.md: every container, init containers included. One built on a CUDA image carries the
+    image's NVIDIA_VISIBLE_DEVICES=all, and would see every GPU of the node if the pod did not override it."""
+    body = _without_template_gpus(job_body(replicas=1, gpuFraction=250))
+    body["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "warm-cache", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+         "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}, {"name": "KEEP", "value": "1"}]}]
+    one = Placement(pods=[ReplicaPlacement(index=0, node="node-0", gpus=[3], gpu_milli=250)])
+    pod = build_gang(job_view(body), one, shared_gpu_resource="nvidia.com/gpu.shared").pods[0]
+    (init,) = pod["spec"]["initContainers"]
+    env = {e["name"]: e["value"] for e in init["env"]}
+    assert (env["NVIDIA_VISIBLE_DEVICES"], env["KUBEGANG_GPU_MILLI"], env["KEEP"]) == ("3", "250", "1")
+    assert [e["name"] for e in init["env"]].count("NVIDIA_VISIBLE_DEVICES") == 1  # replaced, not added twice
+    app = env_of(pod)
+    assert (app["NVIDIA_VISIBLE_DEVICES"], app["KUBEGANG_GPU_MILLI"]) == ("3", "250")  # the same values
+    assert "resources" not in init  # the shared resource is the first app container's, once per pod

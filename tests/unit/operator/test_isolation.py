@@ -20,6 +20,7 @@ from kubegang.operator._conditions import CondType, get_condition
 from kubegang.operator._types import WaitReason
 
 from .conftest import World, gpu_node, gpu_queue, make_job_body
+from .test_supervisor import counted, restarts
 
 
 def _world(nodes: int = 8) -> World:
@@ -232,9 +233,11 @@ async def test_a_gang_whose_slot_was_taken_and_has_no_other_place_is_requeued_wh
                              {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
                          "status": {"phase": "Running"}})
     requeued = _repairs("requeued")
+    before = restarts()
     await w.supervisor.run_pass()
     await w.admission.settle()
     assert _repairs("requeued") == requeued + 1
+    assert restarts() == counted(before, GangDisplaced=1)  # kubegang_gang_restarts_total{reason="GangDisplaced"}
     status = w.last_status("team-a/big")
     assert (status["phase"], status["reason"], status["admittedAt"]) == ("Queued", "GangDisplaced", None), status
     cond = get_condition(status["conditions"], CondType.QUEUED)

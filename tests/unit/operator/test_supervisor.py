@@ -20,6 +20,23 @@ async def admitted_world(make_world: Any, job_body: Any, **spec: Any) -> Any:
     return w, job
 
 
+RESTART_REASONS = ("GangRestarting", "GangTimeout", "GangDisplaced")
+"""Every value of kubegang_gang_restarts_total's ``reason`` (docs/metrics.md)."""
+
+
+def restarts() -> dict[str, float]:
+    """kubegang_gang_restarts_total per reason, 0 for a series not there yet."""
+    from kubegang.operator._metrics import REGISTRY
+
+    return {reason: REGISTRY.get_sample_value("kubegang_gang_restarts_total", {"reason": reason}) or 0.0
+            for reason in RESTART_REASONS}
+
+
+def counted(before: dict[str, float], **reasons: int) -> dict[str, float]:
+    """``before`` with ``reasons`` added (what kubegang_gang_restarts_total should read after)."""
+    return {reason: value + reasons.get(reason, 0) for reason, value in before.items()}
+
+
 def _nodes(w: Any, prefix: str) -> set[str]:
     """The nodes the created pods named ``prefix-*`` are pinned to."""
     return {p["metadata"]["annotations"]["kubegang.io/node"] for p in w.kube.pods()
@@ -54,8 +71,10 @@ async def test_failed_worker_restarts_whole_gang_preferring_its_domain(make_worl
             },
         }
     )
+    before = restarts()
     decision = await w.supervise(w.cache.job(job.uid))
     assert decision.action is Action.RESTART
+    assert restarts() == counted(before, GangRestarting=1)  # a pod failure: {reason="GangRestarting"}
     assert {n for k, _, n in w.kube.deleted if k == "Pod"} >= {"train-0", "train-1", "train-2"}
     status = w.last_status("team-a/train")
     assert (status["phase"], status["restarts"], status["admittedAt"]) == ("Queued", 1, None)
@@ -92,7 +111,9 @@ async def test_restart_limit_fails_job_with_reason(make_world: Any, job_body: An
             "status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 1}}}]},
         }
     )
+    before = restarts()
     await w.supervise(w.cache.job(job.uid))
+    assert restarts() == before  # failed for good: not a restart
     status = w.last_status("team-a/train")
     assert status["phase"] == "Failed"
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
@@ -108,8 +129,10 @@ async def test_gang_timeout_requeues_with_unbound_nodes_excluded(make_world: Any
     first_nodes = _nodes(w, "train")
     w.echo_pods(phase="Pending", bound=False)
     w.admission.clock = lambda: dt.datetime.now(dt.UTC) + dt.timedelta(seconds=11)
+    before = restarts()
     decision = await w.supervise(w.cache.job(job.uid))
     assert decision.action is Action.TIMEOUT
+    assert restarts() == counted(before, GangTimeout=1)  # what the chart's KubegangGangTimedOut matches
     status = w.last_status("team-a/train")
     assert status["phase"] == "Queued"
     assert status["excludedNodes"] == sorted(first_nodes)
@@ -179,8 +202,10 @@ async def test_gang_timeout_counts_from_admission_when_pod_creation_time_was_not
     )
     w.echo_pods(phase="Pending", bound=False)
     w.admission.clock = lambda: dt.datetime.now(dt.UTC) + dt.timedelta(seconds=11)
+    before = restarts()
     decision = await w.supervise(w.cache.job(job.uid))
     assert decision.action is Action.TIMEOUT
+    assert restarts() == counted(before, GangTimeout=1)  # what the chart's KubegangGangTimedOut matches
 
 
 async def test_suspend_releases_everything(make_world: Any, job_body: Any) -> None:

@@ -27,6 +27,7 @@ from kubegang.operator._run import EXIT_GRACE_SECONDS
 from kubegang.operator._sources import GROUP_GONE_SECONDS
 from kubegang.operator._supervisor import REPAIR_INTERVAL_SECONDS
 from kubegang.operator._watches import CacheFeed
+from kubegang.placement import DEFAULT_MIX, MILLI, TaskShape, WorkloadMix
 from kubegang.quota import DEFAULT_RESERVE_AFTER_SECONDS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,6 +104,11 @@ def _placement_bench_phrases(bench: dict[str, Any]) -> list[str]:
     return phrases
 
 
+MIX = _defaults(WorkloadMix)
+"""The FGD workload mix's defaults (docs/placement.md, "The mix")."""
+CASES += [("placement.md", f"half-life {MIX['half_life']:,.0f} observations), re-derived every "
+                           f"{MIX['refresh_every']} observations")]
+
 PLACEMENT_BENCH = json.loads((REPO / "bench" / "placement" / "results.json").read_text())
 CASES += [("placement.md", phrase) for phrase in _placement_bench_phrases(PLACEMENT_BENCH)]
 
@@ -129,3 +135,35 @@ def test_a_failing_jobs_retries_double_from_1_second_up_to_5_minutes() -> None:
     assert max(delays) == BACKOFF_MAX_SECONDS == 300 and delays[-1] == 300
     text = " ".join((DOCS / "operator.md").read_text().split())
     assert f"up to {BACKOFF_MAX_SECONDS / 60:g} min" in text
+
+
+def test_the_default_workload_mix_is_whole_gpu_pods_of_1_2_4_and_8_gpus_equally_likely() -> None:
+    """docs/placement.md: before anything is observed the mix is "whole-GPU pods of 1, 2, 4 and 8 GPUs,
+    equally likely"."""
+    sizes = [shape.gpus for shape, _ in DEFAULT_MIX]
+    assert all(shape == TaskShape(shape.gpus) and shape.gpu_milli == MILLI for shape, _ in DEFAULT_MIX)
+    assert len({p for _, p in DEFAULT_MIX}) == 1 and sum(p for _, p in DEFAULT_MIX) == pytest.approx(1)
+    phrase = f"whole-GPU pods of {', '.join(map(str, sizes[:-1]))} and {sizes[-1]} GPUs, equally likely"
+    assert phrase in " ".join((DOCS / "placement.md").read_text().split())
+    assert WorkloadMix().distribution() == DEFAULT_MIX
+
+
+def test_the_mix_halves_an_observation_after_its_half_life_and_re_derives_every_refresh() -> None:
+    """The defaults the doc states are what a default ``WorkloadMix`` does, not only its signature."""
+    mix = WorkloadMix()
+    old, new, filler = TaskShape(1), TaskShape(8), TaskShape(2)
+    mix.observe(old)
+    for _ in range(int(MIX["half_life"]) - 1):  # type: ignore[call-overload]
+        mix.observe(filler, 0.0)  # ages ``old`` without weighing anything itself
+    mix.observe(new)  # half_life observations after ``old``
+    mix.refresh()
+    p = dict(mix.distribution())
+    assert p[old] / p[new] == pytest.approx(0.5)
+    fresh = WorkloadMix()
+    fresh.observe(old)  # the first observation derives at once
+    version = fresh.version
+    for _ in range(int(MIX["refresh_every"]) - 1):  # type: ignore[call-overload]
+        fresh.observe(old)
+    assert fresh.version == version
+    fresh.observe(old)
+    assert fresh.version == version + 1

@@ -60,6 +60,12 @@ def free(ledger: Ledger) -> dict[str, int]:
     return {name: sum(g["freeMilli"] == 1000 for g in n["gpus"]) for name, n in ledger.snapshot()["nodes"].items()}
 
 
+def free_milli(ledger: Ledger) -> dict[str, list[int]]:
+    """Per node, each GPU's free thousandths by index (a shared GPU shows what its share leaves)."""
+    return {name: [g["freeMilli"] for g in sorted(n["gpus"], key=lambda g: g["index"])]
+            for name, n in ledger.snapshot()["nodes"].items()}
+
+
 def reserve(ledger: Ledger, job: str, pods: int, gpus: int = 8, ttl: float = 60) -> Placement:
     out = ledger.reserve(GangRequest(id=job, pods=pods, gpus_per_pod=gpus), None, ttl)
     assert isinstance(out.result, Placement), out.result
@@ -554,7 +560,11 @@ def test_a_shared_gpu_pod_holds_its_share_and_whole_gpu_pods_never_land_on_that_
     assert shared.passed == ["n0"]
     again = make(1)
     again.upsert_pod(_shared_pod("s0", a.node, a.gpus[0], 250, "job-s"))
-    assert free(again) == free(ledger)
+    # Per GPU, in thousandths: counting only whole free GPUs would not tell a rebuild that charged the
+    # whole GPU (0 left) from one that charged the share (750 left).
+    assert free_milli(again) == free_milli(ledger)
+    assert free_milli(again)["n0"][a.gpus[0]] == 750
+    assert sorted(free_milli(again)["n0"]) == [750] + [1000] * 7
     ledger.delete_pod("s0")
     assert free(ledger)["n0"] == 8
 

@@ -27,7 +27,7 @@ from kubegang.placement import (
     Snapshot,
     plan,
 )
-from kubegang.topology import compile_index, level_span, uniform_fabric
+from kubegang.topology import GPUInfo, NodeInfo, compile_index, level_span, uniform_fabric
 
 LEVELS = st.sampled_from([None, Level.NODE, Level.NVLINK, Level.LEAF, Level.SPINE])
 
@@ -166,6 +166,22 @@ def test_allocate_all_is_all_or_nothing() -> None:
     before = fingerprint(snap)
     with pytest.raises(AllocationError, match="GPU 1 on node 'node-00001' has 0/1000 free"):
         snap.allocate_all([Allocation("g", 0, "node-00000", (0, 1)), Allocation("g", 1, "node-00001", (1,))])
+    assert fingerprint(snap) == before
+
+
+@pytest.mark.parametrize(("allocation", "why"), [
+    (Allocation("x", 0, "a", (1,)), "GPU 1 on node 'a' is unhealthy"),
+    (Allocation("x", 0, "a", (0, 1)), "GPU 1 on node 'a' is unhealthy"),  # a healthy one beside it does not help
+    (Allocation("x", 0, "a", (2,)), "node 'a' has no GPU 2"),
+    (Allocation("x", 0, "b", (0,)), "unknown node 'b'"),
+], ids=["unhealthy", "unhealthy among healthy", "unknown GPU", "unknown node"])
+def test_allocate_refuses_an_unhealthy_or_unknown_gpu_before_any_change(allocation: Allocation, why: str) -> None:
+    """docs/placement.md: `allocate` refuses a GPU that is unhealthy, unknown or not free enough, with
+    AllocationError and before any change."""
+    snap = Snapshot(compile_index([NodeInfo("a", {}, (GPUInfo(0), GPUInfo(1, healthy=False)))]))
+    before = fingerprint(snap)
+    with pytest.raises(AllocationError, match=why):
+        snap.allocate(allocation)
     assert fingerprint(snap) == before
 
 

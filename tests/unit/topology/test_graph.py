@@ -32,6 +32,16 @@ def test_leaf_under_two_spines_is_refused() -> None:
         build_graph([_node("a", "l0", "s0"), _node("b", "l0", "s1")])
 
 
+@pytest.mark.parametrize("labelled_first", [True, False])
+def test_a_leaf_whose_nodes_disagree_about_having_a_spine_is_refused(labelled_first: bool) -> None:
+    """docs/placement.md: some nodes of a leaf labelled with a spine and some not is an error, not a
+    guess (the unlabelled node's own singleton spine, ``~l0``, is a second spine of the leaf)."""
+    nodes = [_node("a", "l0", "s0"), _node("b", "l0")]
+    spines = "'s0' and '~l0'" if labelled_first else "'~l0' and 's0'"
+    with pytest.raises(TopologyError, match=f"leaf 'l0' is in two spines: {spines}"):
+        build_graph(nodes if labelled_first else nodes[::-1])
+
+
 def test_nvlink_domain_across_two_leaves_is_refused() -> None:
     nodes = [_node("a", "l0", nvlink_domain="nv0"), _node("b", "l1", nvlink_domain="nv0")]
     with pytest.raises(TopologyError, match="nvlink 'nv0' is in two leaves"):

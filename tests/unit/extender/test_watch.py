@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -85,6 +86,35 @@ async def test_gone_relists_and_applies_the_difference() -> None:
     assert await feed.resync(NODES) == "10"
     await feed.resync(PODS)
     assert _free(feed.ledger) == {"n1": 8}
+
+
+async def test_a_410_on_a_watch_is_counted_as_a_restart_for_gone() -> None:
+    """docs/metrics.md: kubegang_extender_watch_restarts_total{resource, reason="gone"} when a watch's
+    resourceVersion expired (410) and the resource is listed again."""
+    api = FakeApi()
+    feed = _feed(api)
+    versions = await feed.initial_sync()
+
+    def restarts(reason: str) -> float:
+        value = feed.metrics.registry.get_sample_value("kubegang_extender_watch_restarts_total",
+                                                       {"resource": "nodes", "reason": reason})
+        return value or 0.0
+
+    api.streams.append([{"status": 410}])
+    api.nodes = [node("n1")]
+    following = asyncio.create_task(feed.reflectors["nodes"].follow(versions["nodes"]))
+    try:
+        for _ in range(200):
+            if restarts("gone") or following.done():
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+    assert restarts("gone") == 1
+    assert "n1" in _free(feed.ledger)  # listed again
+    assert feed.metrics.registry.get_sample_value("kubegang_extender_watch_restarts_total",
+                                                  {"resource": "pods", "reason": "gone"}) is None
 
 
 async def test_requeue_annotates_waiting_pods_and_tolerates_vanished_ones() -> None:

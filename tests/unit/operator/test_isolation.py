@@ -20,7 +20,7 @@ from kubegang.operator._conditions import CondType, get_condition
 from kubegang.operator._types import WaitReason
 
 from .conftest import World, gpu_node, gpu_queue, make_job_body
-from .test_supervisor import counted, restarts
+from .test_supervisor import counted, restarts  # type: ignore[import-not-found]
 
 
 def _world(nodes: int = 8) -> World:

@@ -225,3 +225,41 @@ def test_one_replica_without_leader_election_renders(render: Render) -> None:
     objects = render("operator.leaderElection=false", "operator.replicas=1")
     operator = objects.one("Deployment", "-operator")
     assert operator["spec"]["replicas"] == 1 and "--leader-election=off" in _containers(operator)[0]["args"]
+
+
+# What docs/install.md names, for the release `kubegang` it installs: (kind, name).
+INSTALL_MD_NAMES = [
+    ("Deployment", "kubegang-operator"),
+    ("ClusterRole", "kubegang-metrics-reader"),
+    ("ClusterRole", "kubegang-metrics-auth"),
+    ("Secret", "kubegang-metrics-tls"),
+    ("MutatingAdmissionPolicy", "kubegang-gpu-routing"),
+    ("MutatingAdmissionPolicyBinding", "kubegang-gpu-routing"),
+    ("PriorityClass", "kubegang-critical"),
+    ("PriorityClass", "kubegang-node-critical"),
+    ("ClusterRole", "kubegang-edit"),
+    ("ClusterRole", "kubegang-view"),
+]
+
+
+def test_the_object_names_install_md_gives_are_the_ones_its_release_gets(render: Render, chart_dir: Path) -> None:
+    """kubegang.fullname drops the duplicate: release `kubegang` names its objects kubegang-*."""
+    doc = (chart_dir.parents[1] / "docs" / "install.md").read_text()
+    assert "<release>-kubegang-" not in doc, "install.md names objects by a rule the chart does not follow"
+    rendered = {(o["kind"], o["metadata"]["name"]) for o in render(release="kubegang")}
+    for kind, name in INSTALL_MD_NAMES:
+        assert f"`{name}`" in doc, f"install.md no longer names {name}: update INSTALL_MD_NAMES"
+        assert (kind, name) in rendered, f"install.md names {kind} {name}, which release kubegang does not have"
+
+
+@pytest.mark.parametrize(("release", "sets", "fullname"), [
+    ("kubegang", (), "kubegang"),
+    ("my-kubegang", (), "my-kubegang"),
+    ("prod", (), "prod-kubegang"),
+    ("prod", ("fullnameOverride=gpu",), "gpu"),
+])
+def test_the_full_name_rule_install_md_states(render: Render, release: str, sets: tuple[str, ...],
+                                              fullname: str) -> None:
+    """The release name when it contains "kubegang", else <release>-kubegang; fullnameOverride replaces it."""
+    names = {o["metadata"]["name"] for o in render(*sets, release=release).kind("ClusterRole")}
+    assert f"{fullname}-metrics-reader" in names, names

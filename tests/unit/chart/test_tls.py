@@ -164,3 +164,28 @@ def test_cert_manager_ca_keeps_its_key_and_outlives_the_leaves(render: Render) -
     assert ca["duration"] == "87600h"
     leaves = [spec for name, spec in certs.items() if name != "kg-kubegang-ca"]
     assert len(leaves) == 3 and all(spec["duration"] == "2160h" for spec in leaves)  # extender, client, metrics
+
+
+def _tls_checksums(objects: Any) -> dict[str, str]:
+    """Deployment name → its pod template's checksum/tls (KeyError for one without it)."""
+    return {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["annotations"]["checksum/tls"]
+            for d in objects.kind("Deployment")}
+
+
+def test_every_workload_that_mounts_the_mtls_secrets_rolls_when_they_change(render: Render) -> None:
+    """docs/install.md: regenerated certificates change `checksum/tls` and the workloads roll; kube-scheduler
+    reads its CA only at start, so it must roll too. Two renders under `helm template` make two CAs."""
+    first, second = render(), render()
+    cas = [r.one("Secret", "-client-tls")["data"]["ca.crt"] for r in (first, second)]
+    assert cas[0] != cas[1]
+    before, after = _tls_checksums(first), _tls_checksums(second)
+    assert set(before) == {"kg-kubegang-extender", "kg-kubegang-operator", "kg-kubegang-scheduler"}
+    mtls = _mounted_tls(first)
+    assert mtls["kg-kubegang-extender-tls"] | mtls["kg-kubegang-client-tls"] == set(before)
+    for name in before:
+        assert before[name] != after[name], f"{name} keeps its pods when the certificates change"
+    # Where the material renders the same every time, the three hash the same input and nothing rolls.
+    for sets in (("tls.generate=false",), ("tls.certManager.enabled=true",)):
+        stable = _tls_checksums(render(*sets))
+        assert set(stable) == set(before) and len(set(stable.values())) == 1, (sets, stable)
+        assert stable == _tls_checksums(render(*sets)), f"{sets}: unchanged TLS material must not roll anything"

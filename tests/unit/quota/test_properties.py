@@ -147,6 +147,20 @@ def check(tree: QuotaTree, oracle: Oracle) -> None:
         keep = {f: v for f, v in keep.items() if v > 0}
         if keep:
             assert tree.can_admit(leaf, keep) == Ok(), (leaf, keep)
+    # The same for a parent: what it keeps and does not use (kept - charged) is left for its subtree, so a
+    # leaf below it that no borrowing limit on the way holds back (its own included) can take all of it.
+    for parent in (s.name for s in oracle.specs if oracle.children(s.name)):
+        for f in FLAVORS:
+            unused = oracle.kept(parent, f) - oracle.charged(parent, f)
+            if unused <= 0:
+                continue
+            for leaf in tree.leaves:
+                path = tree.path(leaf)
+                if parent not in path:
+                    continue
+                below = path[:path.index(parent)]
+                if all(oracle.q(name, f).borrowing_limit is None for name in below):
+                    assert tree.can_admit(leaf, {f: unused}) == Ok(), (parent, leaf, f, unused)
 
 
 def assert_allowed_by_policy(tree: QuotaTree, preemptor: PendingJob, candidates: list[Candidate]) -> None:

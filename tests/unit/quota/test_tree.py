@@ -202,3 +202,18 @@ def test_status_reports_usage_borrowed_and_share() -> None:
     assert tree.status("team-b").fair_share == 0.0
     tree.admit("b1", "team-b", {H100: 1})
     assert tree.jobs_in("org") == ["a1", "b1"] and tree.jobs_in("team-b") == ["b1"]
+
+
+def test_an_unlisted_flavour_may_be_borrowed_unless_listed_with_borrowing_limit_zero() -> None:
+    """docs/quota.md: a flavour a queue does not list behaves as ``nominal: 0`` with no limits, so a team can
+    borrow its organisation's flavour without listing it; listing it with ``borrowingLimit: 0`` forbids that."""
+    tree = QuotaTree([
+        QueueSpec("org", quotas={"H100": FlavorQuota(16)}),
+        QueueSpec("open", parent="org"),
+        QueueSpec("closed", parent="org", quotas={"H100": FlavorQuota(0, borrowing_limit=0)}),
+    ])
+    assert tree.admit("open-1", "open", {"H100": 16}) == Ok()
+    tree.release("open-1")
+    refused = tree.can_admit("closed", {"H100": 1})
+    assert isinstance(refused, Unschedulable), refused  # never, not just now: the limit is in the spec
+    assert tree.available("closed").get("H100", 0) == 0 and tree.available("open").get("H100", 0) == 16

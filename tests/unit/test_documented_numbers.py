@@ -18,6 +18,7 @@ import pytest
 
 from kubegang.admission import CycleSettings
 from kubegang.admission._cycle import BACKOFF_FIRST_SECONDS, BACKOFF_MAX_SECONDS, _backoff_seconds
+from kubegang.agent.__main__ import _parser as agent_parser
 from kubegang.backoff import Backoff
 from kubegang.extender._settings import ExtenderSettings
 from kubegang.extender._watch import ClusterFeed
@@ -45,6 +46,9 @@ def _defaults(cls: type) -> dict[str, object]:
 
 OPERATOR_FEED, EXTENDER_FEED = _defaults(CacheFeed), _defaults(ClusterFeed)
 FLOOR = {field.name: field.default for field in dataclasses.fields(Backoff)}["floor_fraction"]
+AGENT = agent_parser().parse_args([])
+"""The agent's flags as its command line defaults them."""
+OPERATOR_FLAGS = parser().parse_args(["--extender-address", "127.0.0.1:1"])
 
 CASES = [
     ("operator.md", f"up to {CycleSettings().max_rounds} rounds"),
@@ -66,6 +70,13 @@ CASES = [
     ("quota.md", f"`reserve_after_seconds` (default **{DEFAULT_RESERVE_AFTER_SECONDS / 3600:g} h**"),
     ("ray-and-pod-groups.md", f"{GROUP_GONE_SECONDS:g} s after the group's last pod"),
     ("ray-and-pod-groups.md", f"the GPUJob goes {GROUP_GONE_SECONDS:g} s after the last pod"),
+    ("extender.md", f"`--max-body-bytes` ({EXTENDER['max_body_bytes'] / (1 << 20):g} MiB)"),
+    ("extender.md", f"Every `--tls-reload-seconds` (default {EXTENDER['tls_reload_seconds']:g})"),
+    ("agent.md", f"(`--poll-interval`, {AGENT.poll_interval:g} s)"),
+    ("agent.md", f"`--resync-interval` ({AGENT.resync_interval:g} s)"),
+    ("agent.md", f"(`--metrics-port`, {AGENT.metrics_port};"),
+    ("operator.md", f"[--metrics-port {OPERATOR_FLAGS.metrics_port}] [--health-port {OPERATOR_FLAGS.health_port}]"),
+    ("operator.md", f"`--health-port` ({OPERATOR_FLAGS.health_port}, off, by default"),
 ]
 
 

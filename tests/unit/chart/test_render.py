@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 Render = Any  # conftest.Render: render(*set_args) -> Rendered
 HelmRun = Any  # conftest.HelmRun
@@ -98,13 +99,41 @@ def test_operator_backfill_thresholds_follow_values(render: Render) -> None:
     assert "--backfill-reserve-after=3600" in args and "--backfill-planned-reserve-after=-1" in args
 
 
-def test_the_operator_accepts_every_flag_the_chart_passes(render: Render) -> None:
+def test_operator_creation_concurrency_and_shared_gpu_resource_follow_values(render: Render) -> None:
+    """docs/sharing.md options 1 and 2 need --shared-gpu-resource; empty (the default) passes no flag."""
+    defaults = _containers(render().one("Deployment", "-operator"))[0]["args"]
+    assert "--creation-concurrency=32" in defaults
+    assert not [a for a in defaults if a.startswith("--shared-gpu-resource")]
+    operator = render("operator.creationConcurrency=8",
+                      "operator.sharedGpuResource=nvidia.com/gpu.shared").one("Deployment", "-operator")
+    args = _containers(operator)[0]["args"]
+    assert "--creation-concurrency=8" in args and "--creation-concurrency=32" not in args
+    assert "--shared-gpu-resource=nvidia.com/gpu.shared" in args
+
+
+@pytest.mark.parametrize(("sets", "expected"), [
+    ((), {"backfill_reserve_after_seconds": 172800, "backfill_planned_reserve_after_seconds": 0,
+          "creation_concurrency": 32, "shared_gpu_resource": None}),
+    (("operator.creationConcurrency=8", "operator.sharedGpuResource=nvidia.com/gpu.shared"),
+     {"creation_concurrency": 8, "shared_gpu_resource": "nvidia.com/gpu.shared"}),
+])
+def test_the_operator_accepts_every_flag_the_chart_passes(render: Render, sets: tuple[str, ...],
+                                                          expected: dict[str, Any]) -> None:
     from kubegang.operator.__main__ import parser, settings_from_args
 
-    args = _containers(render().one("Deployment", "-operator"))[0]["args"]
+    args = _containers(render(*sets).one("Deployment", "-operator"))[0]["args"]
     settings = settings_from_args(parser().parse_args([a.replace("$(POD_NAME)", "pod-0") for a in args]))
-    assert settings.backfill_reserve_after_seconds == 172800
-    assert settings.backfill_planned_reserve_after_seconds == 0
+    assert {name: getattr(settings, name) for name in expected} == expected
+
+
+def test_operator_value_defaults_are_the_operators_own(chart_dir: Path) -> None:
+    """An install that leaves the values alone runs the operator as its command line defaults it."""
+    from kubegang.operator.__main__ import parser
+
+    values = yaml.safe_load((chart_dir / "values.yaml").read_text())["operator"]
+    flags = parser().parse_args(["--extender-address", "x:1"])
+    assert values["creationConcurrency"] == flags.creation_concurrency
+    assert values["sharedGpuResource"] == flags.shared_gpu_resource == ""
 
 
 def test_agent_runtime_class_and_labels_switch(render: Render) -> None:
@@ -121,6 +150,8 @@ def test_agent_runtime_class_and_labels_switch(render: Render) -> None:
     ("extender.replicas=2", "at '/extender/replicas'"),
     ("operator.backfillReserveAfterSeconds=soon", "at '/operator/backfillReserveAfterSeconds'"),
     ("extender.topologyPreset=azure", "at '/extender/topologyPreset'"),
+    ("operator.creationConcurrency=0", "at '/operator/creationConcurrency'"),
+    ("operator.sharedGpuResource=gpu-shared", "at '/operator/sharedGpuResource'"),
 ])
 def test_schema_refuses_bad_values(run_helm: HelmRun, chart_dir: Path, setting: str, path: str) -> None:
     proc = run_helm("template", "kg", str(chart_dir), "--kube-version", "1.36.3", "--set", setting, check=False)

@@ -148,3 +148,28 @@ def test_schema_refuses_bad_routing_values(run_helm: HelmRun, chart_dir: Path, f
     proc = run_helm("template", "kg", str(chart_dir), flag, setting, check=False)
     assert proc.returncode != 0
     assert path in proc.stderr, proc.stderr
+
+
+def test_the_raycluster_hold_is_rendered_only_with_gpu_routing(render: Render, chart_dir: Path) -> None:
+    """gpuRouting.rayClusters lives in templates/gpu-routing.yaml: gpuRouting.enabled=false drops the hold too,
+    and every place that documents the value says so."""
+    def policies(*sets: str) -> set[str]:
+        return {o["metadata"]["name"] for o in render(*sets, release="kubegang")
+                if o["kind"] in ("MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding")}
+
+    assert "kubegang-gpu-routing-rayclusters" in policies()
+    assert policies("gpuRouting.enabled=false", "gpuRouting.rayClusters=true") == set()
+    assert policies("gpuRouting.rayClusters=false") == {"kubegang-gpu-routing"}
+    docs = chart_dir.parents[1] / "docs"
+    values = (chart_dir / "values.yaml").read_text()
+    comment = values[values.index("\n  # -- Hold a RayCluster"):values.index("\n  rayClusters:")]
+    readme = next(line for line in (chart_dir / "README.md").read_text().splitlines()
+                  if line.startswith("| `gpuRouting.rayClusters` |"))
+    install = (docs / "install.md").read_text()
+    ray = (docs / "ray-and-pod-groups.md").read_text()
+    for where, text in (("values.yaml", comment), ("README.md", readme), ("install.md", install),
+                        ("ray-and-pod-groups.md", ray)):
+        assert "gpuRouting.enabled=false removes" in text.replace("`", ""), f"{where}: the hold's dependency"
+    assert "`gpuRouting.enabled=false` removes it with the pod" in ray
+    assert "`gpuRouting.enabled=false` removes the policy, and with it the RayCluster hold" in install
+    assert "`kubegang-gpu-routing-rayclusters`" in install

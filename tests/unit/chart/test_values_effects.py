@@ -193,3 +193,18 @@ def test_generated_certificates_last_validity_days(render: Render, sets: tuple[s
             cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"][key]))
             lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
             assert lifetime == datetime.timedelta(days=days), (secret["metadata"]["name"], key, lifetime)
+
+
+def test_decimal_numbers_come_through_set_json_not_set(run_helm: Any, chart_dir: Any) -> None:
+    """The README's values reference: ``--set`` passes ``37.5`` as a string, which the schema refuses
+    naming the value; ``--set-json`` passes the number, which reaches the operator's flag."""
+    base = ["template", "kg", str(chart_dir), "--namespace", "kubegang-system"]
+    refused = run_helm(*base, "--set", "operator.apiQps=37.5", check=False)
+    assert refused.returncode != 0 and "apiQps" in refused.stderr, refused.stderr[-2000:]
+
+    out = run_helm(*base, "--set-json", "operator.apiQps=37.5", "--set-json", "agent.pollIntervalSeconds=2.5").stdout
+    objects = [d for d in yaml.safe_load_all(out) if d]
+    args = {d["metadata"]["name"]: d["spec"]["template"]["spec"]["containers"][0].get("args", [])
+            for d in objects if d["kind"] in ("Deployment", "DaemonSet")}
+    assert "--api-qps=37.5" in args["kg-kubegang-operator"], args["kg-kubegang-operator"]
+    assert "--poll-interval=2.5" in args["kg-kubegang-agent"], args["kg-kubegang-agent"]

@@ -195,3 +195,25 @@ def test_the_most_recently_started_borrower_is_the_first_victim_whatever_its_uid
             reclaimer = job_view(job_body("b-job", namespace="team-b", queue="team-b", replicas=2, gpus=8))
             victims = b.quota_victims(reclaimer, [c.job.uid for c in b.preemption_candidates(reclaimer)])
             assert victims == [late_uid], (late_start, early_uid)
+
+
+def test_a_leaf_without_namespaces_serves_every_namespace_and_one_listing_them_refuses_the_rest(
+    job_body: Any,
+) -> None:
+    """docs/api.md: an empty (or unset) ``namespaces`` serves every namespace; a list serves only those."""
+    b = QuotaBook(priority_of=lambda job: 0)
+    assert b.set_queues([queue("org", 0), queue("open", 16, "org"),
+                         queue("team-a", 16, "org", namespaces=["team-a", "ml"])]) == []
+    for namespace in ("team-a", "team-z", "default"):
+        job = job_view(job_body(f"open-{namespace}", namespace=namespace, queue="open", replicas=1, gpus=1))
+        assert b.can_admit(job).ok and b.admit(job).ok, namespace
+        assert job.uid in b.tree
+
+    listed = job_view(job_body("listed", namespace="ml", queue="team-a", replicas=1, gpus=1))
+    assert b.admit(listed).ok
+    other = job_view(job_body("other", namespace="team-b", queue="team-a", replicas=1, gpus=1))
+    for verdict in (b.can_admit(other), b.admit(other)):
+        assert not verdict.ok and verdict.never  # Unschedulable: no usage change can let it in
+        assert verdict.cause is WaitReason.NAMESPACE_NOT_SERVED
+        assert verdict.reason == "queue team-a does not serve namespace team-b (it serves: ml, team-a)"
+    assert other.uid not in b.tree

@@ -128,7 +128,7 @@ def pod_demand(pod: Pod) -> PodDemand:
     try:
         requests = pod_requests(
             ((c.resources.requests, c.resources.limits) for c in spec.containers),
-            ((c.resources.requests, c.resources.limits) for c in spec.init_containers),
+            ((c.resources.requests, c.resources.limits, c.restart_policy) for c in spec.init_containers),
         )
     except RequestError as exc:
         raise DemandError(str(exc)) from None

@@ -62,10 +62,12 @@ class ResourceRequirements(_KubeObject):
 
 
 class Container(_KubeObject):
-    """A container; only its name and resources matter here."""
+    """A container; only its name, resources and (init containers) restart policy matter here."""
 
     name: str = ""
     resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    restart_policy: str | None = Field(default=None, alias="restartPolicy")
+    """``Always`` on an init container makes it a native sidecar (KEP-753), which changes its count."""
 
 
 class Toleration(_KubeObject):

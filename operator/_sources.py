@@ -88,8 +88,12 @@ PRODUCT_LABEL = "nvidia.com/gpu.product"
 def _template(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
     """What placement and quota read of a pod: its containers' requests, tolerations, selector, class."""
     def containers(key: str) -> list[dict[str, Any]]:
+        # An init container's restartPolicy is kept: "Always" makes it a native sidecar (KEP-753),
+        # which kube-scheduler (and kubegang.api.pod_requests) counts beside the app containers.
         return [{"name": str(c.get("name") or f"c{i}"), "image": str(c.get("image") or "none"),
-                 **({"resources": c["resources"]} if c.get("resources") else {})}
+                 **({"resources": c["resources"]} if c.get("resources") else {}),
+                 **({"restartPolicy": c["restartPolicy"]}
+                    if key == "initContainers" and isinstance(c.get("restartPolicy"), str) else {})}
                 for i, c in enumerate(pod_spec.get(key) or []) if isinstance(c, Mapping)]
 
     spec: dict[str, Any] = {"containers": containers("containers")}

@@ -29,6 +29,9 @@ _MIB = 1 << 20
 ContainerResources = tuple[Mapping[str, Any], Mapping[str, Any]]
 """A container's ``(resources.requests, resources.limits)``."""
 
+InitContainerResources = tuple[Mapping[str, Any], Mapping[str, Any], Any]
+"""An init container's ``(resources.requests, resources.limits, restartPolicy)``."""
+
 
 class RequestError(ValueError):
     """A quantity that cannot be counted; the message names the field."""
@@ -79,34 +82,68 @@ def _gpus(raw: Any, where: str) -> int:
         raise RequestError(f"{where}.resources.limits.{GPU_RESOURCE}: {exc}") from None
 
 
-def _per_pod(running: list[Decimal], init: list[Decimal]) -> Decimal:
-    """kube-scheduler's rule: the sum over containers, or the largest init container when larger."""
-    return max(sum(running, Decimal(0)), max(init, default=Decimal(0)))
+SIDECAR_RESTART_POLICY = "Always"
+"""An init container's ``restartPolicy`` that makes it a native sidecar (KEP-753)."""
+
+
+def _per_pod(running: list[Decimal], init: list[tuple[Decimal, bool]]) -> Decimal:
+    """kube-scheduler's rule for one resource, native sidecars included (KEP-753, GA in Kubernetes 1.33).
+
+    An init container with ``restartPolicy: Always`` is a sidecar: it starts in order with the other
+    init containers but keeps running beside the app containers, so it is not "one at a time". As in
+    kube-scheduler's ``AggregateContainerRequests``, init container ``i`` needs its own request plus
+    every sidecar started before it (for a sidecar: the sidecars up to and including itself), and the
+    pod needs the larger of the most any init container needs and the app containers plus all sidecars.
+    Without sidecars this is the old rule: the containers' sum, or the largest init container.
+    """
+    sidecars = Decimal(0)
+    most_init = Decimal(0)
+    for request, sidecar in init:
+        if sidecar:
+            sidecars += request
+            most_init = max(most_init, sidecars)
+        else:
+            most_init = max(most_init, request + sidecars)
+    return max(sum(running, Decimal(0)) + sidecars, most_init)
 
 
 def pod_requests(
     containers: Iterable[ContainerResources],
-    init_containers: Iterable[ContainerResources] = (),
+    init_containers: Iterable[ContainerResources | InitContainerResources] = (),
     *,
     where: str = "spec",
 ) -> PodRequests:
-    """The demand of a pod with these containers; :class:`RequestError` names a bad quantity."""
-    groups = (("containers", list(containers)), ("initContainers", list(init_containers)))
-    totals: dict[str, tuple[list[Decimal], list[Decimal]]] = {"gpu": ([], []), "cpu": ([], []), "memory": ([], [])}
-    for slot, (key, group) in enumerate(groups):
-        for i, (requests, limits) in enumerate(group):
-            at = f"{where}.{key}[{i}]"
-            gpu = _raw(requests, limits, GPU_RESOURCE)
-            if gpu is not None:
-                totals["gpu"][slot].append(Decimal(_gpus(gpu, at)))
-            for resource in ("cpu", "memory"):
-                raw = _raw(requests, limits, resource)
-                if raw is not None:
-                    totals[resource][slot].append(_quantity(raw, at, resource))
+    """The demand of a pod with these containers; :class:`RequestError` names a bad quantity.
+
+    An init container may come with its ``restartPolicy`` as a third item; ``"Always"`` makes it a
+    native sidecar, counted as kube-scheduler does (see :func:`_per_pod`).
+    """
+    running: dict[str, list[Decimal]] = {"gpu": [], "cpu": [], "memory": []}
+    init: dict[str, list[tuple[Decimal, bool]]] = {"gpu": [], "cpu": [], "memory": []}
+
+    def read(requests: Mapping[str, Any], limits: Mapping[str, Any], at: str) -> dict[str, Decimal]:
+        # A container that does not name a resource asks for none of it.
+        values = {"gpu": Decimal(0), "cpu": Decimal(0), "memory": Decimal(0)}
+        gpu = _raw(requests, limits, GPU_RESOURCE)
+        if gpu is not None:
+            values["gpu"] = Decimal(_gpus(gpu, at))
+        for resource in ("cpu", "memory"):
+            raw = _raw(requests, limits, resource)
+            if raw is not None:
+                values[resource] = _quantity(raw, at, resource)
+        return values
+
+    for i, (requests, limits) in enumerate(containers):
+        for resource, value in read(requests, limits, f"{where}.containers[{i}]").items():
+            running[resource].append(value)
+    for i, (requests, limits, *policy) in enumerate(init_containers):
+        sidecar = bool(policy) and policy[0] == SIDECAR_RESTART_POLICY
+        for resource, value in read(requests, limits, f"{where}.initContainers[{i}]").items():
+            init[resource].append((value, sidecar))
     return PodRequests(
-        gpus=int(_per_pod(*totals["gpu"])),
-        cpu_milli=math.ceil(_per_pod(*totals["cpu"]) * 1000),
-        memory_mib=math.ceil(_per_pod(*totals["memory"]) / _MIB),
+        gpus=int(_per_pod(running["gpu"], init["gpu"])),
+        cpu_milli=math.ceil(_per_pod(running["cpu"], init["cpu"]) * 1000),
+        memory_mib=math.ceil(_per_pod(running["memory"], init["memory"]) / _MIB),
     )
 
 
@@ -118,10 +155,15 @@ def _resources_of(container: Any) -> ContainerResources:
     return (requests if isinstance(requests, Mapping) else {}), (limits if isinstance(limits, Mapping) else {})
 
 
+def _init_resources_of(container: Any) -> InitContainerResources:
+    policy = container.get("restartPolicy") if isinstance(container, Mapping) else None
+    return (*_resources_of(container), policy)
+
+
 def pod_spec_requests(pod_spec: Mapping[str, Any], *, where: str = "spec") -> PodRequests:
     """:func:`pod_requests` of a pod spec in its JSON form (a pod's or a template's ``spec``)."""
     return pod_requests(
         (_resources_of(c) for c in pod_spec.get("containers") or ()),
-        (_resources_of(c) for c in pod_spec.get("initContainers") or ()),
+        (_init_resources_of(c) for c in pod_spec.get("initContainers") or ()),
         where=where,
     )

@@ -126,6 +126,17 @@ def test_pod_demand_counts_gpus_and_reads_the_pin() -> None:
     assert demand.key == "team-a/w-0"
 
 
+def test_pod_demand_counts_a_native_sidecar_beside_the_app_containers() -> None:
+    """The wire model keeps an init container's restartPolicy, so the extender counts a sidecar as
+    kube-scheduler does (KEP-753): 8 + 1 GPUs, 4 + 2 CPUs."""
+    pod = {"spec": {
+        "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 8}, "requests": {"cpu": "4"}}}],
+        "initContainers": [{"name": "proxy", "restartPolicy": "Always",
+                            "resources": {"limits": {"nvidia.com/gpu": 1}, "requests": {"cpu": "2"}}}]}}
+    demand = pod_demand(ExtenderArgs.model_validate({"Pod": pod}).pod)
+    assert (demand.gpus, demand.cpu_milli) == (9, 6000)
+
+
 @pytest.mark.parametrize("bad", ["1.5", "two", "-1", "500m"])
 def test_pod_demand_rejects_non_integer_gpus_naming_the_field(bad: str) -> None:
     pod = {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": bad}}}]}}

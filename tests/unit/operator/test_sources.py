@@ -74,6 +74,21 @@ def source_job_name_for(group: str) -> str:
     return source_job_name(PodSourceKind.POD_GROUP, group)
 
 
+async def test_a_pod_group_with_a_native_sidecar_is_represented_with_the_sidecars_gpus() -> None:
+    """The GPUJob copies the init containers' restartPolicy, so it plans 8 + 1 GPUs per pod as
+    kube-scheduler and the extender count them (KEP-753 sidecar), not 8."""
+    world = World({"team-a": 64}, NODES)
+    for i in range(2):
+        pod = group_pod(i, size=2)
+        pod["spec"]["initContainers"] = [{"name": "proxy", "image": "p:1", "restartPolicy": "Always",
+                                          "resources": {"limits": {"nvidia.com/gpu": 1}}}]
+        world.cache.upsert_source_pod(pod)
+        assert pod_demand(Pod.model_validate(pod)).gpus == 9
+    await world.admission.sources.sync()
+    job = world.represented(source_job_name_for("workers"))
+    assert (job.replicas, job.gpus_per_replica) == (2, 9)
+
+
 async def test_an_incomplete_group_waits_and_an_extra_pod_beyond_the_size_stays_unpinned() -> None:
     world = World({"team-a": 64}, NODES)
     for i in range(3):

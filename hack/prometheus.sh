@@ -4,14 +4,31 @@
 # Why Debian's package: the e2e suite must scrape with a real Prometheus, and these machines reach
 # package registries only; Debian's build is signed, pinned by the distribution, and brings promtool.
 # Idempotent: does nothing when both binaries are already on PATH. Prints their paths.
+#
+# Installing needs a Debian-based machine (apt-get) and root: run as root, or as a user with
+# passwordless sudo. sudo runs with -n (never prompt): the tests run this script with its output
+# captured, where a password prompt would hang them until their timeout; without passwordless sudo
+# it fails at once, saying what to do.
 set -euo pipefail
 
 if command -v prometheus >/dev/null && command -v promtool >/dev/null; then
   command -v prometheus promtool
   exit 0
 fi
+fail() {
+  printf 'hack/prometheus.sh: prometheus and promtool are not on PATH, and %s.
+' "$1" >&2
+  printf 'Install them once yourself (Debian/Ubuntu: sudo apt-get install prometheus), or run as root or
+' >&2
+  printf 'with passwordless sudo so that this script can.
+' >&2
+  exit 1
+}
+command -v apt-get >/dev/null || fail "this machine has no apt-get (the script installs Debian's package)"
 if [[ $(id -u) -ne 0 ]]; then
-  SUDO=sudo
+  command -v sudo >/dev/null || fail "installing them needs root: this user is not root and there is no sudo"
+  sudo -n true 2>/dev/null || fail "installing them needs root: sudo asks this user for a password (sudo -n refused)"
+  SUDO="sudo -n"
 else
   SUDO=
 fi

@@ -180,7 +180,7 @@ def _up(paths: dc.Paths, operators: int, metrics_auth: bool) -> StackPorts:
             python(), "-m", "kubegang.operator", "--kubeconfig", kubeconfig, "--namespace", NAMESPACE,
             "--extender-address", f"127.0.0.1:{ports.extender_grpc}", "--tls-dir", str(tls),
             "--tls-server-name", "localhost", "--metrics-port", str(port), "--health-port", str(health),
-            "--identity", f"local-operator-{i}", *serving,
+            "--listen-address", "127.0.0.1", "--identity", f"local-operator-{i}", *serving,
         ], env=env)
     # The agent is healthy after its first full pass over the nodes it serves: allow for many.
     nodes = len(dc.kubectl(paths, "get", "nodes", "-l", "=".join(FAKE_NODE_LABEL), "-o", "name").split())

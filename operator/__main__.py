@@ -65,6 +65,8 @@ def parser() -> argparse.ArgumentParser:
     add_serving_flags(p)
     p.add_argument("--health-port", type=port_or_zero, default=0,
                    help="liveness /healthz port, served on the event loop (a hung loop fails it); 0 disables")
+    p.add_argument("--listen-address", default="0.0.0.0",
+                   help="address the metrics and health ports listen on (default 0.0.0.0, every interface)")
     p.add_argument("--leader-election", type=_on_off, default=True, metavar="on|off", help="campaign for the Lease")
     p.add_argument("--identity", help="holderIdentity in the Lease (default: hostname)")
     p.add_argument("--lease-duration", type=int, default=15, help="Lease duration, seconds")
@@ -123,6 +125,7 @@ def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
         tls_server_name=args.tls_server_name,
         metrics_port=args.metrics_port,
         health_port=args.health_port,
+        listen_address=args.listen_address,
         leader_election=args.leader_election,
         lease_duration_seconds=args.lease_duration,
         renew_deadline_seconds=args.renew_deadline,
@@ -173,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if settings.metrics_port:
-            start_metrics(settings.metrics_port, serving, settings.kubeconfig)
+            start_metrics(settings.metrics_port, serving, settings.kubeconfig, settings.listen_address)
     except (ValueError, OSError) as exc:
         print(f"kubegang-operator: metrics on port {settings.metrics_port}: {exc}", file=sys.stderr)
         return 2

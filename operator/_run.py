@@ -171,7 +171,7 @@ async def run(settings: OperatorSettings) -> None:
     stop = asyncio.Event()
     stop_on_signals(stop)
     try:
-        async with serve_health(settings.health_port):
+        async with serve_health(settings.health_port, settings.listen_address):
             await first_of(stand_by(elector), stop.wait())
             if stop.is_set():
                 return

@@ -35,6 +35,10 @@ class OperatorSettings:
     """Port of the liveness endpoint ``/healthz``; 0 turns it off (the chart sets 8081). It is served
     on the operator's event loop, so a hung loop fails the probe; /metrics is served from a thread and
     would keep answering."""
+    listen_address: str = "0.0.0.0"
+    """Address the metrics and health ports listen on: every interface by default, which a pod needs for
+    its probes and for Prometheus; a process on a shared machine (the local stack, tests) gives
+    ``127.0.0.1``."""
     leader_election: bool = True
     """Campaign for the Lease; off only for a single replica or a local run."""
     identity: str = dataclasses.field(default_factory=socket.gethostname)

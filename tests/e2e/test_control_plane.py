@@ -92,3 +92,52 @@ def test_a_control_plane_process_that_exits_is_started_again(cluster: Cluster, n
         "pod", "after", "-n", namespace)["spec"].get("nodeName"), timeout=60)
     log = (cluster.cluster_dir / "logs" / "kube-scheduler.log").read_text(errors="replace")
     assert "supervise: kube-scheduler exited" in log
+
+
+def _listening(pid: int) -> list[tuple[str, str, int]]:
+    """(protocol, local address as /proc/net/tcp writes it, port) of every TCP socket ``pid`` listens on."""
+    from pathlib import Path
+
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = fd.readlink().name
+        except OSError:  # closed since listed
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:["):-1])
+    found = []
+    for proto in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{proto}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                address, port = fields[1].split(":")
+                found.append((proto, address, int(port, 16)))
+    return found
+
+
+def _loopback(proto: str, address: str) -> bool:
+    """127.0.0.0/8, ::1, or ::ffff:127.x.x.x, in /proc/net/tcp's hex (IPv4 little-endian: 127 is the last byte)."""
+    if proto == "tcp":
+        return address.endswith("7F")
+    return address == "00000000000000000000000001000000" or (
+        address.startswith("0000000000000000FFFF0000") and address.endswith("7F"))
+
+
+def test_every_process_of_the_local_stack_listens_on_loopback_only(cluster: Cluster, kubegang: Any) -> None:
+    """README: every process listens on loopback (the house rule for tests: no port is reachable from
+    another machine). The operators' metrics and health ports listened on every interface until
+    ``--listen-address`` was given to them."""
+    assert cluster.cluster_dir is not None, "needs the local control plane"
+    checked, wide = [], []
+    for pid_file in sorted((cluster.cluster_dir / "pids").glob("*.pid")):
+        try:
+            pid = int(pid_file.read_text())
+            sockets = _listening(pid)
+        except (OSError, ValueError):  # a process of an add-on that is not running
+            continue
+        checked.append(pid_file.stem)
+        wide += [f"{pid_file.stem}: {proto} {address}:{port}" for proto, address, port in sockets
+                 if not _loopback(proto, address)]
+    assert {"kube-apiserver", "etcd", "kubegang-extender", "kubegang-operator-0", "kubegang-agent"} <= set(checked)
+    assert not wide, f"listening beyond loopback: {wide}"

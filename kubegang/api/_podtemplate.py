@@ -75,7 +75,8 @@ class PodSpec(OpenModel):
     containers: list[Container] = Field(min_length=1, max_length=256)
     """The pod's containers (at least one)."""
     init_containers: list[Container] | None = Field(default=None, max_length=256, alias="initContainers")
-    """Init containers: the largest one's GPUs count when more than the containers' sum."""
+    """Init containers, counted as kube-scheduler counts them: one that runs alone counts with the native
+    sidecars (``restartPolicy: Always``) started before it, and sidecars also count beside the containers."""
 
 
 class PodTemplateSpec(OpenModel):

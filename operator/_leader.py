@@ -220,6 +220,7 @@ class LeaderElector:
         if not self.leading.is_set():
             return
         self.leading.clear()
+        metrics.IS_LEADER.set(0)  # the process may serve /metrics for a while yet: it leads no more
         try:
             lease = await self.client.get(Lease, self.name, namespace=self.namespace)
             if lease.spec and lease.spec.holderIdentity == self.identity:

@@ -115,7 +115,7 @@ class GPUQueueSpec(ApiModel):
     namespaces: list[Annotated[str, Field(max_length=63, pattern=NAMESPACE_PATTERN)]] = Field(
         default_factory=list, max_length=256, json_schema_extra=SET_SCHEMA_EXTRA
     )
-    """Namespaces whose GPUJobs may use this queue (leaves only)."""
+    """Namespaces whose GPUJobs may use this queue (leaves only); empty: every namespace."""
     priority: int | None = Field(default=None, ge=-2147483648, le=1000000000, strict=True)
     """Priority of this queue's jobs that set neither priority nor priorityClassName."""
     resources: list[FlavorQuota] = Field(

@@ -2,8 +2,10 @@
 
 Session-scoped: reuses a cluster that ``hack/cluster up`` already started (and leaves it
 running), otherwise starts one and stops it at the end. When it cannot start, every e2e test
-FAILS with the reason; nothing here ever skips. ``KUBEGANG_E2E_KUBECONFIG`` points the suite at
-an existing cluster instead (kind, say), in which case nothing is started or stopped.
+FAILS with the reason; nothing here ever skips. ``KUBEGANG_E2E_KUBECONFIG`` points the ``cluster``
+fixture at an existing cluster instead, in which case nothing is started or stopped; only the CRD
+checks and the pinned-tool checks can pass there (README.md says which), the rest need the local
+processes and fail, by design.
 """
 
 from __future__ import annotations

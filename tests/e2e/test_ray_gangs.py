@@ -70,7 +70,8 @@ def _ray_state(cluster: Cluster, namespace: str, job: str) -> str:
                           if c.get("type") == "PodScheduled"), {})
         lines.append(f"pod {name}: node={pod['spec'].get('nodeName')} pin={meta.get('annotations', {}).get(NODE)} "
                      f"deleting={bool(meta.get('deletionTimestamp'))} phase={(pod.get('status') or {}).get('phase')} "
-                     f"PodScheduled={scheduled.get('status')} {scheduled.get('reason')}: {scheduled.get('message')}")
+                     f"PodScheduled={scheduled.get('status')} {scheduled.get('reason')} "
+                     f"since {scheduled.get('lastTransitionTime')}: {scheduled.get('message')}")
         if not pod["spec"].get("nodeName"):
             for process in ("kube-scheduler", "kubegang-extender"):
                 lines += [f"  {process}: {line[:400]}" for line in cluster.log_lines(process, name, limit=8)]
@@ -284,7 +285,8 @@ def test_a_ray_cluster_scaled_past_its_admission_grows_only_when_quota_allows_wi
 
         _queue(cluster, queue, namespace, 24)
         cluster.wait_for("the growth slice Running", lambda: _phase(
-            cluster, namespace, "raycluster-rc.grow-1") == "Running", timeout=120)
+            cluster, namespace, "raycluster-rc.grow-1") == "Running", timeout=120,
+            detail=lambda: _ray_state(cluster, namespace, "raycluster-rc.grow-1"))
         pods = _pods(cluster, namespace, workers)
         assert len(pods) == 3 and all(p["status"].get("phase") == "Running" for p in pods)
         assert first <= {p["metadata"]["uid"] for p in pods}  # nothing restarted to grow

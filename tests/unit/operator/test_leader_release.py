@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from kubegang.operator import _metrics as metrics
 from tests.unit.operator.test_leader_fence import Clocks, LeaseStore, _elector
 
 
@@ -15,6 +16,7 @@ async def test_a_leader_stopped_cleanly_clears_the_lease_and_a_standby_takes_it_
     leader, standby = _elector(store, clocks, "replica-a"), _elector(store, clocks, "replica-b")
     campaign = asyncio.create_task(leader.run())
     await asyncio.wait_for(leader.leading.wait(), timeout=5)
+    assert metrics.IS_LEADER._value.get() == 1
     assert not await standby.try_acquire_or_renew()   # held, and renewed: the standby would wait 15 s
     held = store.lease.spec
     assert (held.holderIdentity, held.leaseDurationSeconds) == ("replica-a", 15)
@@ -27,6 +29,7 @@ async def test_a_leader_stopped_cleanly_clears_the_lease_and_a_standby_takes_it_
     released = store.lease.spec
     assert released.holderIdentity is None and released.leaseDurationSeconds == 1
     assert not leader.holds() and not leader.leading.is_set()
+    assert metrics.IS_LEADER._value.get() == 0         # /metrics may still be served while it exits
     assert await standby.try_acquire_or_renew()       # no clock moved: free at once
     taken = store.lease.spec
     assert (taken.holderIdentity, taken.leaseDurationSeconds, taken.leaseTransitions) == ("replica-b", 15, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 Cluster = Any  # the `cluster` fixture's object (tests/e2e/conftest.py)
@@ -96,8 +97,6 @@ def test_a_control_plane_process_that_exits_is_started_again(cluster: Cluster, n
 
 def _listening(pid: int) -> list[tuple[str, str, int]]:
     """(protocol, local address as /proc/net/tcp writes it, port) of every TCP socket ``pid`` listens on."""
-    from pathlib import Path
-
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:

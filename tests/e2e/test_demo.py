@@ -13,9 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from .conftest import tool
-
-REPO = Path(__file__).resolve().parents[2]
+from .conftest import REPO, tool
 
 
 def test_make_demo_places_every_example_on_a_cluster_of_its_own(tmp_path: Path) -> None:

@@ -48,7 +48,6 @@ OPERATOR_FEED, EXTENDER_FEED = _defaults(CacheFeed), _defaults(ClusterFeed)
 FLOOR = {field.name: field.default for field in dataclasses.fields(Backoff)}["floor_fraction"]
 AGENT = agent_parser().parse_args([])
 """The agent's flags as its command line defaults them."""
-OPERATOR_FLAGS = parser().parse_args(["--extender-address", "127.0.0.1:1"])
 
 CASES = [
     ("operator.md", f"up to {CycleSettings().max_rounds} rounds"),
@@ -75,8 +74,8 @@ CASES = [
     ("agent.md", f"(`--poll-interval`, {AGENT.poll_interval:g} s)"),
     ("agent.md", f"`--resync-interval` ({AGENT.resync_interval:g} s)"),
     ("agent.md", f"(`--metrics-port`, {AGENT.metrics_port};"),
-    ("operator.md", f"[--metrics-port {OPERATOR_FLAGS.metrics_port}] [--health-port {OPERATOR_FLAGS.health_port}]"),
-    ("operator.md", f"`--health-port` ({OPERATOR_FLAGS.health_port}, off, by default"),
+    ("operator.md", f"[--metrics-port {OPERATOR.metrics_port}] [--health-port {OPERATOR.health_port}]"),
+    ("operator.md", f"`--health-port` ({OPERATOR.health_port}, off, by default"),
 ]
 
 

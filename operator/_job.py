@@ -204,7 +204,9 @@ def job_view(body: Mapping[str, Any]) -> JobView:
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
-        raise JobSpecError(f"{field}: {first['msg']}") from None
+        # A rule over several fields is raised by a model validator (no location): its message names them.
+        message = first["msg"].removeprefix("Value error, ")
+        raise JobSpecError(f"{field}: {message}" if field else message) from None
     meta = model.metadata
     spec = model.spec
     for field in ("name", "namespace", "uid"):

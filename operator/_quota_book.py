@@ -54,6 +54,7 @@ from kubegang.quota import (
     leaf_heads,
     queue_positions,
     quota_victims,
+    some_named,
 )
 
 log = logging.getLogger("kubegang.operator.quota")
@@ -278,8 +279,8 @@ class QuotaBook:
             return Verdict(False, f"queue {job.queue} is left out of the quota tree: {why.message}", never=True,
                            cause=WaitReason.QUEUE_INACTIVE)
         if job.queue not in self.tree.queues:
-            known = ", ".join(sorted(self.tree.leaves)) or "none"
-            return Verdict(False, f"queue {job.queue} does not exist (leaf queues: {known})", never=True,
+            return Verdict(False, f"queue {job.queue} does not exist (leaf queues: {some_named(self.tree.leaves)})",
+                           never=True,
                            cause=WaitReason.QUEUE_NOT_FOUND)
         if job.queue not in set(self.tree.leaves):
             return Verdict(False, quota_verdict(self.tree.can_admit(job.queue, {})).reason, never=True,
@@ -288,7 +289,7 @@ class QuotaBook:
         if allowed and job.namespace not in allowed:
             return Verdict(
                 False,
-                f"queue {job.queue} does not serve namespace {job.namespace} (it serves: {', '.join(sorted(allowed))})",
+                f"queue {job.queue} does not serve namespace {job.namespace} (it serves: {some_named(allowed)})",
                 never=True,
                 cause=WaitReason.NAMESPACE_NOT_SERVED,
             )

@@ -28,6 +28,11 @@ API_VERSION = f"{GROUP}/{VERSION}"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 """A DNS-1123 subdomain: what Kubernetes accepts as an object name."""
 
+INT32_MAX = 2**31 - 1
+"""The bound of Kubernetes' own int32 fields (a batch Job's ``ttlSecondsAfterFinished``,
+``activeDeadlineSeconds``); durations beyond it are typos, and the operator's timers stay within
+what a date can hold."""
+
 
 class ApiModel(BaseModel):
     """Base of every kubegang API model: strict about unknown fields, camelCase on the wire."""

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import re
 from typing import Annotated, ClassVar, Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
 from kubegang.api._common import (
     CONDITIONS_SCHEMA_EXTRA,
+    INT32_MAX,
     NAME_PATTERN,
     SET_SCHEMA_EXTRA,
     ApiModel,
@@ -120,6 +122,15 @@ _EXPLICIT_GPUS = "(has(self.gpusPerReplica) || has(self.gpuFraction))"
 _FRACTION_SINGLE = "gpuFraction (a share of one GPU) is allowed only with replicas: 1"
 _ONE_OF = "set gpusPerReplica or gpuFraction, not both"
 _SOURCE_NO_FRAMEWORK = "podSource: the source's controller makes the pods, so framework must be none"
+MAX_LABEL_NAME = 63
+"""A GPUJob's name is the value of its pods' ``kubegang.io/job-name`` label, and label values are
+at most 63 characters (a batch Job's name is limited for the same reason)."""
+_NAME_LENGTH = (f"metadata.name: at most {MAX_LABEL_NAME} characters, since it is the value of the pods' "
+                "kubegang.io/job-name label")
+_FRAMEWORK_NAME = ("metadata.name: with framework torchrun or mpi the name is the headless Service's and "
+                   "'<name>-<replica index>' each pod's hostname: lowercase letters, digits and '-', starting "
+                   f"with a letter, and '<name>-<last index>' at most {MAX_LABEL_NAME} characters")
+_DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 _COUNT_ONCE = (
     f"gpusPerReplica and gpuFraction cannot be combined with a {GPU_RESOURCE} limit or request in "
     "template.spec.containers[*].resources or template.spec.initContainers[*].resources; "
@@ -185,7 +196,7 @@ class GPUJobSpec(ApiModel):
     (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK / hostfile)."""
     restart_limit: int = Field(default=3, ge=0, strict=True)
     """Whole-gang restarts after a pod fails, before the job is Failed."""
-    gang_timeout_seconds: int = Field(default=300, ge=1, strict=True)
+    gang_timeout_seconds: int = Field(default=300, ge=1, le=INT32_MAX, strict=True)
     """Seconds from pod creation until every pod must be bound and started (Running, or already
     finished); otherwise the gang is deleted whole and requeued with the nodes that did not bind or
     start their pod excluded."""
@@ -197,7 +208,7 @@ class GPUJobSpec(ApiModel):
     nodes whose gangs end first. Unset: no limit, and backfill cannot plan around the job."""
     suspend: bool = Field(default=False, strict=True)
     """A suspended job holds no pods and no quota; set it back to false to queue it again."""
-    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, strict=True)
+    ttl_seconds_after_finished: int | None = Field(default=None, ge=0, le=INT32_MAX, strict=True)
     """Delete the job this many seconds after it Succeeded or Failed."""
     pod_source: PodSource | None = None
     """The pods are made by another controller (a RayCluster, a pod group): kubegang admits and places
@@ -322,6 +333,26 @@ class GPUJobStatus(ApiModel):
 class GPUJob(Resource):
     """A gang of ``replicas`` identical pods, admitted through a GPUQueue and placed whole."""
 
+    model_config = ConfigDict(
+        json_schema_extra=cel_rules(
+            # No fieldPath: the API server accepts only paths into the schema, and metadata has none; the
+            # messages name the field. A job made for a RayCluster or a pod group names no pod: its
+            # source's pods keep their names.
+            cel(
+                f"has(self.spec.podSource) || size(self.metadata.name) <= {MAX_LABEL_NAME}",
+                _NAME_LENGTH,
+                reason="FieldValueInvalid",
+            ),
+            cel(
+                "!(self.spec.framework in ['torchrun', 'mpi']) || "
+                f"(self.metadata.name.matches('{_DNS_1035_LABEL}') && "
+                f"size(self.metadata.name) + size(string(self.spec.replicas - 1)) < {MAX_LABEL_NAME})",
+                _FRAMEWORK_NAME,
+                reason="FieldValueInvalid",
+            ),
+        )
+    )
+
     crd: ClassVar[KindInfo] = KindInfo(
         kind="GPUJob",
         plural="gpujobs",
@@ -346,3 +377,16 @@ class GPUJob(Resource):
     """The desired gang."""
     status: GPUJobStatus | None = None
     """Observed state, written by the operator."""
+
+    @model_validator(mode="after")
+    def _name_fits_its_pods(self) -> Self:
+        name = self.metadata.name
+        if name is None or self.spec.pod_source is not None:
+            return self
+        if len(name) > MAX_LABEL_NAME:
+            raise ValueError(f"{_NAME_LENGTH}; {name!r} has {len(name)}")
+        if self.spec.framework in ("torchrun", "mpi") and (
+                not re.fullmatch(_DNS_1035_LABEL, name)
+                or len(f"{name}-{self.spec.replicas - 1}") > MAX_LABEL_NAME):
+            raise ValueError(f"{_FRAMEWORK_NAME}; got {name!r} with replicas: {self.spec.replicas}")
+        return self

@@ -9,9 +9,9 @@ is preserved unknown.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeAlias
+from typing import Annotated, Any, Self, TypeAlias
 
-from pydantic import Field, StrictInt, StrictStr, field_validator
+from pydantic import ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
 
 from kubegang.api._common import OpenModel, cel, cel_rules
 from kubegang.api._quantity import whole_count
@@ -33,8 +33,35 @@ GPU_LIMIT_RULE = cel(
 """CEL twin of :meth:`ResourceRequirements._gpu_limit_is_whole`."""
 
 
+_REQUEST, _LIMIT = f"self.requests['{GPU_RESOURCE}']", f"self.limits['{GPU_RESOURCE}']"
+GPU_REQUEST_MESSAGE = (
+    f"an {GPU_RESOURCE} request needs a limit of the same count (Kubernetes does not overcommit "
+    f"GPUs and refuses the pod otherwise); set limits.{GPU_RESOURCE}, the request may be left out"
+)
+GPU_REQUEST_RULE = cel(
+    f"!has(self.requests) || !('{GPU_RESOURCE}' in self.requests) || (has(self.limits) && "
+    f"'{GPU_RESOURCE}' in self.limits && (!isQuantity(string({_REQUEST})) || !isQuantity(string({_LIMIT})) || "
+    f"quantity(string({_REQUEST})).compareTo(quantity(string({_LIMIT}))) == 0))",
+    GPU_REQUEST_MESSAGE,
+    reason="FieldValueInvalid",
+)
+"""CEL twin of :meth:`ResourceRequirements._gpu_request_is_the_limit`: what kube-apiserver demands of
+an extended resource in a pod, checked at ``kubectl apply`` of the GPUJob instead of at pod creation,
+after admission (where the job was requeued again and again, preempting others each time)."""
+
+
 class ResourceRequirements(OpenModel):
-    """A container's ``resources``: the GPU count in either map must be whole."""
+    """A container's ``resources``: the GPU count in either map must be whole, and a GPU request
+    must come with an equal limit (as Kubernetes demands of every extended resource)."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        use_attribute_docstrings=True,
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, **cel_rules(GPU_REQUEST_RULE)},
+    )
 
     limits: dict[str, QuantityValue] | None = Field(
         default=None, max_length=64, json_schema_extra=cel_rules(GPU_LIMIT_RULE)
@@ -43,7 +70,7 @@ class ResourceRequirements(OpenModel):
     requests: dict[str, QuantityValue] | None = Field(
         default=None, max_length=64, json_schema_extra=cel_rules(GPU_LIMIT_RULE)
     )
-    """Resource requests; an ``nvidia.com/gpu`` request counts like a limit (Kubernetes makes them equal)."""
+    """Resource requests; an ``nvidia.com/gpu`` request must equal its limit (Kubernetes demands it)."""
 
     @field_validator("limits", "requests")
     @classmethod
@@ -54,6 +81,17 @@ class ResourceRequirements(OpenModel):
             except ValueError as error:
                 raise ValueError(f"{GPU_LIMIT_MESSAGE}: {error}") from None
         return limits
+
+    @model_validator(mode="after")
+    def _gpu_request_is_the_limit(self) -> Self:
+        if self.requests is None or GPU_RESOURCE not in self.requests:
+            return self
+        if self.limits is None or GPU_RESOURCE not in self.limits:
+            raise ValueError(GPU_REQUEST_MESSAGE)
+        request, limit = whole_count(self.requests[GPU_RESOURCE]), whole_count(self.limits[GPU_RESOURCE])
+        if request != limit:
+            raise ValueError(f"{GPU_REQUEST_MESSAGE} (requests {request}, limits {limit})")
+        return self
 
     def sets_gpus(self) -> bool:
         """Whether the limits or the requests name ``nvidia.com/gpu``."""
@@ -70,13 +108,16 @@ class Container(OpenModel):
 
 
 class PodSpec(OpenModel):
-    """The template's pod spec; only the containers' resources are read."""
+    """The template's pod spec; the containers' resources and the node selector are read."""
 
     containers: list[Container] = Field(min_length=1, max_length=256)
     """The pod's containers (at least one)."""
     init_containers: list[Container] | None = Field(default=None, max_length=256, alias="initContainers")
     """Init containers, counted as kube-scheduler counts them: one that runs alone counts with the native
     sidecars (``restartPolicy: Always``) started before it, and sidecars also count beside the containers."""
+    node_selector: dict[str, StrictStr] | None = Field(default=None, max_length=256, alias="nodeSelector")
+    """Node labels the pods' nodes must carry; placement keeps to such nodes. Values are strings, as in
+    any pod (``"true"``, not ``true``): the planner compares them with node labels."""
 
 
 class PodTemplateSpec(OpenModel):

@@ -39,6 +39,7 @@ from kubegang.quota._spec import (
     ReclaimFromBorrowers,
     SpecProblem,
     WithinQueue,
+    some_named,
     validate_specs,
 )
 from kubegang.quota._tree import BindingLimit, FairSharing, LimitKind, QueueStatus, QuotaTree
@@ -85,5 +86,6 @@ __all__ = [
     "queue_positions",
     "quota_victims",
     "share_path",
+    "some_named",
     "validate_specs",
 ]

@@ -15,7 +15,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 KNOWN_QUEUES_NAMED = 10
-"""Queues an unknown-parent problem names as the known ones; the rest are counted."""
+"""Names a message lists (known queues, served namespaces); the rest are counted."""
+
+
+def some_named(names: Iterable[str], most: int = KNOWN_QUEUES_NAMED) -> str:
+    """``names`` sorted for a message a person reads: the first ``most``, then how many more ("none"
+    when empty). A condition message has a size limit: a list of every queue of a large cluster
+    outgrew the CRD's 32,768 characters, and the job's status write was refused."""
+    ordered = sorted(names)
+    text = ", ".join(ordered[:most]) or "none"
+    if len(ordered) > most:
+        text += f" and {len(ordered) - most} more"
+    return text
 
 
 class WithinQueue(enum.StrEnum):
@@ -144,12 +155,7 @@ def _check_one(spec: QueueSpec, by_name: Mapping[str, QueueSpec], *, is_leaf: bo
     out: list[SpecProblem] = []
     name = spec.name
     if spec.parent is not None and spec.parent not in by_name:
-        # A condition message has a size limit and a person reads it: name a few, count the rest.
-        names = sorted(by_name)
-        known = ", ".join(names[:KNOWN_QUEUES_NAMED]) or "none"
-        if len(names) > KNOWN_QUEUES_NAMED:
-            known += f" and {len(names) - KNOWN_QUEUES_NAMED} more"
-        out.append(SpecProblem(name, "parent", f"unknown queue {spec.parent!r} (known queues: {known})",
+        out.append(SpecProblem(name, "parent", f"unknown queue {spec.parent!r} (known queues: {some_named(by_name)})",
                                ProblemKind.UNKNOWN_PARENT))
     if not isinstance(spec.weight, int | float) or not math.isfinite(spec.weight) or spec.weight < 0:
         out.append(SpecProblem(name, "weight", f"must be a finite number >= 0, got {spec.weight!r}"))

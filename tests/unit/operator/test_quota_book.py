@@ -217,3 +217,27 @@ def test_a_leaf_without_namespaces_serves_every_namespace_and_one_listing_them_r
         assert verdict.cause is WaitReason.NAMESPACE_NOT_SERVED
         assert verdict.reason == "queue team-a does not serve namespace team-b (it serves: ml, team-a)"
     assert other.uid not in b.tree
+
+
+def test_a_job_naming_no_queue_in_a_large_tree_is_told_of_a_few_leaves_within_the_status_limit(
+    job_body: Any,
+) -> None:
+    """The QueueNotFound and namespace messages name ten queues or namespaces and count the rest: listing
+    all 1,000 leaves made a 35,000-character message, over the CRD's 32,768 for a condition, so the
+    job's status write was refused and it showed no reason at all."""
+    b = QuotaBook(priority_of=lambda job: 0)
+    namespaces = [f"ns-{i:04d}" for i in range(100)]
+    leaves = [queue(f"team-{i:04d}-with-a-long-descriptive-name", 8, "org", namespaces=namespaces)
+              for i in range(1000)]
+    assert b.set_queues([queue("org", 0), *leaves]) == []
+    typo = job_view(job_body("typo", namespace="ns-0001", queue="team-0001-with-a-typo", replicas=1, gpus=1))
+    verdict = b.can_admit(typo)
+    assert not verdict.ok and verdict.cause is WaitReason.QUEUE_NOT_FOUND
+    assert verdict.reason.endswith("team-0009-with-a-long-descriptive-name and 990 more)"), verdict.reason
+    assert len(verdict.reason) < 1024
+    stranger = job_view(job_body("stranger", namespace="elsewhere", queue=leaves[0]["metadata"]["name"],
+                                 replicas=1, gpus=1))
+    verdict = b.can_admit(stranger)
+    assert verdict.cause is WaitReason.NAMESPACE_NOT_SERVED
+    assert verdict.reason.endswith("(it serves: ns-0000, ns-0001, ns-0002, ns-0003, ns-0004, ns-0005, ns-0006, "
+                                   "ns-0007, ns-0008, ns-0009 and 90 more)"), verdict.reason

@@ -18,7 +18,7 @@ from typing import Any
 from kubegang.admission import WaitReason
 from kubegang.api import QUEUE_LABEL, PodSourceKind, scheduling_group_name, selected_source
 from kubegang.operator._changes import ChangedJobs
-from kubegang.operator._conditions import Phase
+from kubegang.operator._conditions import FINISHED_PHASES, Phase
 from kubegang.operator._job import JobSpecError, JobView, job_view
 from kubegang.operator._lifecycle import PodState, pod_state
 from kubegang.podcontract import JOB_UID_LABEL
@@ -33,7 +33,11 @@ FINISHED_POD_PHASES = ("Succeeded", "Failed")
 
 @dataclasses.dataclass(frozen=True)
 class InvalidJob:
-    """A GPUJob the operator cannot act on: what is needed to tell its owner, on the job itself."""
+    """A GPUJob the operator cannot act on: what is needed to tell its owner, on the job itself.
+
+    Two kinds: a job whose object the operator cannot read (``ClusterCache.invalid_jobs``), and a
+    readable one that waits on something its spec names and the cluster lacks (a PriorityClass:
+    ``ClusterCache.waiting_on_priority_class``); ``reason`` tells them apart."""
 
     namespace: str
     """metadata.namespace."""
@@ -48,15 +52,32 @@ class InvalidJob:
     status: Mapping[str, Any]
     """Its status as read (the report's conditions are built on it, and it says whether the report is
     already there)."""
+    reason: WaitReason = WaitReason.INVALID_SPEC
+    """The reason of the Unschedulable report (and of its Event)."""
+    leave_phase: bool = False
+    """Its status says it holds an admission (Admitted, Running: its pods may run) or has finished (its
+    outcome stands), so the report must not move it to Unschedulable: it is a Warning Event only, and the
+    spec's new generation stays unobserved in its status."""
+    kept_generation: int | None = None
+    """The generation of the last readable spec the cache keeps for it: a job that holds an admission
+    goes on being counted and supervised as that spec until its spec can be read again (None: nothing
+    kept, the operator does not act on it)."""
 
     @property
     def reported(self) -> bool:
-        """Whether the status already says this error (so nothing needs writing)."""
-        if self.status.get("reason") != WaitReason.INVALID_SPEC:
+        """Whether the status already says this error (so nothing needs writing). A report that is an
+        Event only leaves nothing in the status: the reporter's own memory stands for it."""
+        if self.leave_phase or self.status.get("reason") != self.reason:
             return False
         return any(c.get("type") == "Unschedulable" and c.get("message") == self.error
                    and c.get("observedGeneration") == self.generation
                    for c in self.status.get("conditions") or [] if isinstance(c, Mapping))
+
+    @property
+    def report_key(self) -> tuple[str, int | None, str, bool]:
+        """What one report is written for: a new generation, error or kind of report is a new one (a job
+        that stops holding while still unreadable is then moved to Unschedulable, after its Event)."""
+        return self.uid, self.generation, self.error, self.leave_phase
 
 
 @dataclasses.dataclass
@@ -81,6 +102,8 @@ def live_pod(pod: Mapping[str, Any]) -> bool:
 
 HOLDING_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING})
 WAITING_PHASES = frozenset({Phase.PENDING, Phase.QUEUED, Phase.UNSCHEDULABLE})
+LISTED_PRIORITY_CLASSES = 8
+"""A missing PriorityClass's report lists the existing ones up to this many (else it says how many)."""
 
 
 @dataclasses.dataclass
@@ -90,13 +113,18 @@ class ClusterCache:
     jobs: dict[str, JobView] = dataclasses.field(default_factory=dict)
     """GPUJobs by UID."""
     invalid_jobs: dict[str, InvalidJob] = dataclasses.field(default_factory=dict)
-    """GPUJobs the operator cannot read, by UID (the leader reports each on the job: ``_invalid_jobs``)."""
+    """GPUJobs the operator cannot read, by UID (the leader reports each on the job: ``_invalid_jobs``).
+    One that holds an admission is also in ``jobs``, as its last readable spec (``upsert_job``)."""
     pods: dict[str, dict[str, PodState]] = dataclasses.field(default_factory=dict)
     """Pods per job UID, by pod name."""
     queues: dict[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     """GPUQueue objects by name."""
     priorities: dict[str, int] = dataclasses.field(default_factory=dict)
     """PriorityClass values by name."""
+    priority_classes_listed: bool = True
+    """Whether ``priorities`` holds every PriorityClass, so a ``priorityClassName`` it lacks names none
+    (the leader's watch lists them all before its first cycle). False where they cannot be listed (a
+    ``kubectl gang`` user without the right): a name is then taken on trust. Set before jobs are added."""
     gpu_products: dict[str, str] = dataclasses.field(default_factory=dict)
     """GPU product (label nvidia.com/gpu.product) by node name: which flavour names are products."""
     assumed: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
@@ -138,10 +166,16 @@ class ClusterCache:
     """Their Workloads by (namespace, name): a PodGroup's queue may be a label of its Workload."""
     _parsed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict, repr=False)
     """(generation, spec) each cached view was parsed from, by UID."""
+    _missing_class: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    """UID -> ``spec.priorityClassName`` of readable jobs whose PriorityClass is not in ``priorities``
+    (``unknown_priority_class``): they wait, not admissible, until it appears."""
 
     # -- fed by watches -------------------------------------------------------------------------
     def upsert_job(self, body: Mapping[str, Any]) -> JobView | None:
-        """Record a GPUJob; returns None (and remembers the error) when its spec is unusable."""
+        """Record a GPUJob; returns None (and remembers the error) when its spec is unusable.
+
+        An unusable spec of a job that holds an admission does not make the operator forget the gang:
+        see ``_unreadable``."""
         meta = body.get("metadata") or {}
         uid = str(meta.get("uid", ""))
         known = self.jobs.get(uid)
@@ -155,19 +189,18 @@ class ClusterCache:
             else:
                 view = job_view(body)
         except Exception as exc:  # whatever the object holds, it is this job's problem only
-            error = str(exc) if isinstance(exc, JobSpecError) else f"cannot read the job: {exc!r}"
-            generation = meta.get("generation")
-            status = body.get("status")
-            self.invalid_jobs[uid] = InvalidJob(
-                namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""), uid=uid,
-                generation=generation if isinstance(generation, int) else None, error=error,
-                status=status if isinstance(status, Mapping) else {})
-            self.jobs.pop(uid, None)
-            self._order.pop(uid, None)
-            self._changed(uid)
-            self.wake.set()
+            self._unreadable(uid, body, str(exc) if isinstance(exc, JobSpecError) else f"cannot read the job: {exc!r}")
             return None
         self.invalid_jobs.pop(uid, None)
+        self._keep(view)
+        self._parsed[view.uid] = (meta.get("generation"), body.get("spec"))
+        self._changed(view.uid)
+        self.wake.set()
+        return view
+
+    def _keep(self, view: JobView) -> None:
+        """Store ``view`` as the job's current one (its order, its source, its resourceVersion, whether
+        its PriorityClass is known) and confirm the assumption its status echoes."""
         if view.uid not in self.jobs:
             self._order[view.uid] = next(self._entered)
         self.jobs[view.uid] = view
@@ -177,23 +210,66 @@ class ClusterCache:
             self.sourced.discard(view.uid)
         if view.resource_version:
             self.versions[view.uid] = view.resource_version
-        self._parsed[view.uid] = (meta.get("generation"), body.get("spec"))
+        self._track_priority_class(view)
         # The echo confirms the assumption once the API shows what was assumed.
         assumed = self.assumed.get(view.uid)
         if assumed is not None and all(view.status.get(k) == v for k, v in assumed.items()):
             self.assumed.pop(view.uid, None)
-        self._changed(view.uid)
+
+    def _unreadable(self, uid: str, body: Mapping[str, Any], error: str) -> None:
+        """Remember that the job ``uid`` cannot be read (``error`` names the field), for its report.
+
+        A job that waits holds nothing: it leaves ``jobs`` (it is in no queue until its spec is fixed)
+        and the report moves it to Unschedulable. A job that holds an admission (Admitted or Running
+        in its status or in this leader's assumption) has pods and quota: an edit the CRD let through
+        (a template quantity like ``cpu: "two"``), or an object kept from an older, laxer CRD, must not
+        make the operator forget the gang. Forgotten, its quota was no longer counted once the tree was
+        rebuilt (a second gang was admitted over it), its failed pods were not handled, mending the
+        spec did not bring it back (its status said Unschedulable while its pods ran), and deleting it
+        left its quota taken. So it keeps its last readable view, with the new status and
+        resourceVersion (status writes are fenced on it), and goes on being counted and supervised as
+        that spec; the user is told by a Warning Event, and the new generation stays unobserved in its
+        status. When the spec is readable again, ``upsert_job`` replaces the view as for any edit. A
+        holding job never read before (an operator upgraded over an object the new model refuses) has
+        no view to keep: its phase is left alone, but it is not counted."""
+        meta = body.get("metadata") or {}
+        raw = body.get("status")
+        status: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        known = self.jobs.get(uid)
+        phase = {**status, **self.assumed.get(uid, {})}.get("phase")
+        holds = phase in {p.value for p in HOLDING_PHASES}
+        kept: JobView | None = None
+        if holds and known is not None:
+            kept = dataclasses.replace(known, status=status, resource_version=str(meta.get("resourceVersion") or ""))
+            self._keep(kept)
+        else:
+            self._drop(uid)
+        generation = meta.get("generation")
+        self.invalid_jobs[uid] = InvalidJob(
+            namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""), uid=uid,
+            generation=generation if isinstance(generation, int) else None, error=error, status=status,
+            leave_phase=holds or phase in {p.value for p in FINISHED_PHASES},
+            kept_generation=None if kept is None else kept.generation)
+        self._changed(uid)
         self.wake.set()
-        return view
+
+    def _drop(self, uid: str) -> None:
+        """Take an unreadable job out of ``jobs``: the operator does not act on it until it is readable."""
+        self.jobs.pop(uid, None)
+        self._order.pop(uid, None)
+        self._missing_class.pop(uid, None)
 
     def remove_job(self, uid: str) -> None:
-        """Forget a deleted GPUJob and remember to release what it held."""
-        if self.jobs.pop(uid, None) is not None:
+        """Forget a deleted GPUJob and remember to release what it held (an unreadable one too: it may
+        hold a reservation, or an admission from before its spec became unreadable)."""
+        known = self.jobs.pop(uid, None) is not None
+        unreadable = self.invalid_jobs.pop(uid, None) is not None
+        if known or unreadable:
             self.deleted.add(uid)
         self.sourced.discard(uid)
         self.versions.pop(uid, None)
         self._parsed.pop(uid, None)
-        self.invalid_jobs.pop(uid, None)
+        self._missing_class.pop(uid, None)
         self.assumed.pop(uid, None)
         self.unseen_pods.pop(uid, None)
         self._order.pop(uid, None)
@@ -293,11 +369,22 @@ class ClusterCache:
         self.wake.set()
 
     def set_priority(self, name: str, value: int | None) -> None:
-        """Record (or, with None, forget) a PriorityClass value."""
+        """Record (or, with None, forget) a PriorityClass value.
+
+        A class that appears or goes changes whether the jobs naming it may be admitted, so they are
+        looked at again (and the leader woken): a class created after its job lets the job in at once."""
+        existed = name in self.priorities
         if value is None:
             self.priorities.pop(name, None)
         else:
             self.priorities[name] = value
+        if existed == (name in self.priorities):
+            return
+        for view in self.jobs.values():
+            if view.spec.priority_class_name == name:
+                self._track_priority_class(view)
+                self._changed(view.uid)
+        self.wake.set()
 
     def set_node_product(self, node: str, product: str | None) -> None:
         """Record (or, with None, forget) the GPU product of a node."""
@@ -334,8 +421,19 @@ class ClusterCache:
 
     def forget(self, uid: str) -> None:
         """Drop an assumption that was not confirmed (the write failed)."""
-        if self.assumed.pop(uid, None) is not None:
-            self._changed(uid)
+        if self.assumed.pop(uid, None) is None:
+            return
+        invalid = self.invalid_jobs.get(uid)
+        view = self.jobs.get(uid)
+        if invalid is not None and view is not None and view.phase not in HOLDING_PHASES:
+            # Kept for an admission this leader assumed but could not record (the user's unreadable edit
+            # moved the job's resourceVersion, so the fenced write was refused): it holds nothing after
+            # all, and no echo will come to say so. It is reported like any unreadable waiting job.
+            self._drop(uid)
+            self.invalid_jobs[uid] = dataclasses.replace(invalid, leave_phase=view.phase in FINISHED_PHASES,
+                                                         kept_generation=None)
+            self.wake.set()
+        self._changed(uid)
 
     def changes(self) -> ChangedJobs:
         """A new reader's set of changed jobs: from now on every change of a job marks its UID there."""
@@ -373,15 +471,19 @@ class ClusterCache:
         return list(self.pods.get(uid, {}).values())
 
     def pending(self) -> list[JobView]:
-        """Jobs waiting for admission: not suspended, holding nothing, no pods of theirs left; a pod
-        group's job once all its pods exist (Kueue's rule: a group is admitted when it is complete).
+        """Jobs waiting for admission: not suspended, holding nothing, no pods of theirs left, readable,
+        naming no PriorityClass that does not exist (``waiting_on_priority_class``); a pod group's job
+        once all its pods exist (Kueue's rule: a group is admitted when it is complete).
 
         Only the jobs changed since the last call are looked at again (a burst's step changes a few of
         2,000); whether a pod group is complete is asked afresh each time, since its pods are not the
         job's own."""
         for uid in self._unsure:
             view = self.job(uid)
-            if view is not None and view.phase in WAITING_PHASES and not view.spec.suspend and not self.pods.get(uid):
+            if view is not None and view.phase in WAITING_PHASES and not view.spec.suspend and not self.pods.get(uid) \
+                    and uid not in self.invalid_jobs and uid not in self._missing_class:
+                # An unreadable job kept for its admission waits once it gives it back (a requeue not
+                # echoed yet): it must not be admitted again as its old spec.
                 self._waiting.add(uid)
             else:
                 self._waiting.discard(uid)
@@ -401,5 +503,57 @@ class ClusterCache:
         return [job for job in self.all_jobs() if job.phase in HOLDING_PHASES]
 
     def priority_of(self, job: JobView) -> int:
-        """The job's priority value (0 without, or with an unknown, priorityClassName)."""
+        """The job's priority value (0 without, or with an unknown, priorityClassName). A job whose class
+        is unknown is not admitted (``waiting_on_priority_class``): 0 is only ever the value of one that
+        was admitted before its class was deleted, when it is weighed as a preemption victim."""
         return self.priorities.get(job.spec.priority_class_name or "", 0)
+
+    # -- PriorityClasses a job names ----------------------------------------------------------------
+    def unknown_priority_class(self, job: JobView) -> str | None:
+        """The ``spec.priorityClassName`` of ``job`` when no PriorityClass of that name is known, else None.
+
+        The operator writes it on every pod it creates (and a RayCluster's controller on its pods): the
+        API server refuses a pod whose class does not exist, so admitting the job would take its quota
+        and GPUs (and maybe preempt others for them) for pods that cannot be created. The pods of a pod
+        group exist before admission, so their class existed then: such a job is not held back."""
+        name = job.spec.priority_class_name
+        if not name or not self.priority_classes_listed or name in self.priorities:
+            return None
+        source = job.spec.pod_source
+        if source is not None and source.kind in GANG_KINDS:
+            return None
+        return name
+
+    def _track_priority_class(self, view: JobView) -> None:
+        name = self.unknown_priority_class(view)
+        if name is None:
+            self._missing_class.pop(view.uid, None)
+        else:
+            self._missing_class[view.uid] = name
+
+    def waiting_on_priority_class(self) -> list[InvalidJob]:
+        """The jobs that would wait for admission but name a PriorityClass that does not exist, each with
+        the Unschedulable ``PriorityClassNotFound`` report its owner needs (``_invalid_jobs`` writes it).
+
+        They are left out of ``pending``, so the cycle neither admits nor orders them; the class's
+        creation (``set_priority``) lets them in without a restart."""
+        out = []
+        for uid, name in self._missing_class.items():
+            view = self.job(uid)
+            if view is None or view.phase not in WAITING_PHASES or view.spec.suspend or self.pods.get(uid):
+                continue
+            out.append(InvalidJob(namespace=view.namespace, name=view.name, uid=uid, generation=view.generation,
+                                  error=self._no_priority_class(name), status=view.status,
+                                  reason=WaitReason.PRIORITY_CLASS_NOT_FOUND))
+        return out
+
+    def _no_priority_class(self, name: str) -> str:
+        known = sorted(self.priorities)
+        if not known:
+            listed = "there is none"
+        elif len(known) <= LISTED_PRIORITY_CLASSES:
+            listed = f"PriorityClasses: {', '.join(known)}"
+        else:
+            listed = f"{len(known)} exist: kubectl get priorityclasses"
+        return (f"spec.priorityClassName: no PriorityClass named {name!r} ({listed}); the job waits until it "
+                "is created or the field is changed, since the API server refuses pods that name it")

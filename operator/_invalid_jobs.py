@@ -1,4 +1,4 @@
-"""Telling the owner of a GPUJob the operator cannot read what is wrong, on the job itself.
+"""Telling the owner of a GPUJob the operator cannot act on what is wrong, on the job itself.
 
 The schema refuses most bad input at ``kubectl apply``, but not all of it: the pod template keeps
 unknown fields (a toleration ``operator: Exist``), and objects written by a client without the schema
@@ -6,6 +6,16 @@ unknown fields (a toleration ``operator: Exist``), and objects written by a clie
 report its owner would see an empty status for ever. So the leader writes it Unschedulable with reason
 ``InvalidSpec`` and the error, which names the field, plus a Warning Event: once per spec, since the
 report stays until the job is edited (a new generation is read afresh).
+
+A job that holds an admission when its spec becomes unreadable keeps running as its last readable spec
+(``ClusterCache.upsert_job``), and a finished one keeps its outcome: moving either to Unschedulable
+would say that nothing runs while its pods do (or undo a Succeeded). Its report is the Warning Event
+alone, once per spec and error for this leader; the status's ``observedGeneration`` stays at the spec
+the operator acts on.
+
+A readable job whose ``spec.priorityClassName`` names no PriorityClass waits the same way, with reason
+``PriorityClassNotFound`` (``ClusterCache.waiting_on_priority_class``): the API server would refuse its
+pods, so it is not admitted until the class exists, and it is admitted then without any edit.
 """
 
 from __future__ import annotations
@@ -13,7 +23,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from kubegang.admission import WaitReason
 from kubegang.operator._cache import ClusterCache, InvalidJob
 from kubegang.operator._conditions import Phase, transition
 from kubegang.operator._ports import KubePort
@@ -24,37 +33,63 @@ log = logging.getLogger(__name__)
 
 
 class InvalidJobReporter:
-    """Writes each invalid job's report once (per UID, generation and error)."""
+    """Writes each invalid job's report once (per UID, generation, error and kind of report)."""
 
     def __init__(self, cache: ClusterCache, kube: KubePort) -> None:
         self.cache = cache
         self.kube = kube
-        self._written: set[tuple[str, int | None, str]] = set()
-        """What this leader wrote, so a report is not written again before its echo arrives."""
+        self._written: set[tuple[str, int | None, str, bool]] = set()
+        """What this leader wrote (``InvalidJob.report_key``), so a report is not written again before
+        its echo arrives, and an Event-only report not again at all."""
+
+    def _wanted(self) -> list[InvalidJob]:
+        return [*self.cache.invalid_jobs.values(), *self.cache.waiting_on_priority_class()]
 
     def due(self) -> list[InvalidJob]:
-        """The invalid jobs whose status does not say their error yet."""
-        return [job for job in self.cache.invalid_jobs.values()
-                if not job.reported and (job.uid, job.generation, job.error) not in self._written]
+        """The jobs whose report is not written yet (their status does not say it, or, for an Event-only
+        report, this leader has not recorded it)."""
+        return [job for job in self._wanted() if not job.reported and job.report_key not in self._written]
 
     async def report(self, now: dt.datetime | None = None) -> int:
         """Write every due report; returns how many were written. A failed write is logged and tried
         again on a later step."""
         written = 0
-        for job in self.due():
-            patch = transition(job.status, Phase.UNSCHEDULABLE, WaitReason.INVALID_SPEC, job.error,
+        wanted = self._wanted()
+        for job in wanted:
+            if job.reported or job.report_key in self._written:
+                continue
+            involved = {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob", "name": job.name,
+                        "namespace": job.namespace, "uid": job.uid}
+            if job.leave_phase:
+                log.warning("GPUJob %s/%s: %s", job.namespace, job.name, _event_only(job))
+                self._written.add(job.report_key)
+                written += 1
+                await self.kube.event_on(involved, job.reason, _event_only(job), warning=True)
+                continue
+            patch = transition(job.status, Phase.UNSCHEDULABLE, job.reason, job.error,
                                now=now, observed_generation=job.generation)
             try:
                 await self.kube.patch_named_job_status(job.namespace, job.name, patch)
             except Exception:
-                log.exception("reporting the invalid GPUJob %s/%s failed; retrying", job.namespace, job.name)
+                log.exception("reporting the GPUJob %s/%s (%s) failed; retrying", job.namespace, job.name,
+                              job.reason.value)
                 continue
-            self._written.add((job.uid, job.generation, job.error))
+            self._written.add(job.report_key)
             written += 1
-            await self.kube.event_on({"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob", "name": job.name,
-                                      "namespace": job.namespace, "uid": job.uid},
-                                     WaitReason.INVALID_SPEC, job.error, warning=True)
+            await self.kube.event_on(involved, job.reason, job.error, warning=True)
         # Forget what no longer needs remembering (the job was edited, mended or deleted).
-        current = {(j.uid, j.generation, j.error) for j in self.cache.invalid_jobs.values()}
-        self._written &= current
+        self._written &= {job.report_key for job in wanted}
         return written
+
+
+def _event_only(job: InvalidJob) -> str:
+    """The Event of a job whose phase is left alone: the error, and what the operator does meanwhile."""
+    edit = f"generation {job.generation}" if job.generation is not None else "the edit"
+    if job.kept_generation is not None:
+        return (f"{job.error}; {edit} is not applied: the gang goes on (counted in its queue, its pods "
+                f"supervised) as generation {job.kept_generation} until the spec is fixed")
+    phase = job.status.get("phase")
+    if phase in {p.value for p in (Phase.SUCCEEDED, Phase.FAILED)}:
+        return f"{job.error}; the job has {str(phase).lower()}, and that stands"
+    return (f"{job.error}; its pods are left as they are, but the operator neither counts its quota nor "
+            "supervises the gang until the spec is fixed")

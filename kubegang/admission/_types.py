@@ -114,6 +114,9 @@ class WaitReason(enum.StrEnum):
     INVALID_SPEC = "InvalidSpec"
     """A field the API server let through (inside the pod template, or written without the schema) that
     the operator cannot act on; the message names it. Never admitted until the job is edited."""
+    PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+    """spec.priorityClassName names no PriorityClass: the API server would refuse the gang's pods, so it
+    is not admitted (nor preempts) until the class is created or the field is changed."""
     ADMISSION_ERROR = "AdmissionError"
     """Handling this job failed (a bug, a refused write); it is retried with backoff, others go on."""
 

@@ -92,7 +92,9 @@ class Engine:
 
     def __init__(self, objects: ClusterObjects) -> None:
         self.objects = objects
-        self.cache = ClusterCache()
+        # A user who may not list PriorityClasses has none here: a job's class is then taken on trust, not
+        # held back as missing (the operator, which lists them all, knows whether it exists).
+        self.cache = ClusterCache(priority_classes_listed=not self.priority_classes_hidden)
         self.invalid: dict[str, str] = {}
         """``namespace/name`` -> why the operator cannot read that GPUJob."""
         self._added: list[Mapping[str, Any]] = []
@@ -155,6 +157,17 @@ class Engine:
         if "pods" in self.objects.hidden:
             return "other namespaces' pods are not visible to you: the GPUs they hold may count as free here"
         return None
+
+    @property
+    def priority_classes_hidden(self) -> bool:
+        """Whether the user could not list PriorityClasses (so a class missing here may well exist)."""
+        return "priorityclasses" in self.objects.hidden
+
+    def missing_priority_class(self, job: JobView) -> str | None:
+        """Why ``job`` is not admissible because its ``spec.priorityClassName`` names no PriorityClass (the
+        operator's own ``PriorityClassNotFound`` message), else None. Never said where the user could
+        not list the classes: the cache then takes every name on trust."""
+        return next((w.error for w in self.cache.waiting_on_priority_class() if w.uid == job.uid), None)
 
     @property
     def jobs_hidden(self) -> bool:

@@ -14,6 +14,7 @@ kubegang schedules by time limits only where GPUJobs give them (``timeLimitSecon
 from __future__ import annotations
 
 import datetime as dt
+import math
 import statistics
 from collections.abc import Iterable
 
@@ -28,9 +29,22 @@ _UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
 def seconds(text: str) -> int | None:
-    """``"90s"``, ``"15m"``, ``"2h"`` (Go durations of one unit, as the stages' annotation takes them)."""
+    """``"90s"``, ``"15m"``, ``"2h"`` (Go durations of one unit, as the stages' annotation takes them);
+    None for anything else. Only ASCII digits are a number: ``str.isdigit`` also takes ``"²"`` or
+    ``"١"``, which ``int`` refuses (or reads as a number Go would not)."""
     number, unit = text[:-1], text[-1:]
-    return int(number) * _UNITS[unit] if unit in _UNITS and number.isdigit() else None
+    if unit not in _UNITS or not number or not all("0" <= c <= "9" for c in number):
+        return None
+    return int(number) * _UNITS[unit]
+
+
+def _duration(value: float | int) -> float | None:
+    """``value`` as seconds when it is a finite float (an int too large for one, NaN or infinity: None)."""
+    try:
+        out = float(value)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
 
 
 class RunTimes:
@@ -49,22 +63,28 @@ class RunTimes:
         """Seconds the gang runs, and where that comes from; None when nothing says."""
         annotations = (job.template.get("metadata") or {}).get("annotations") or {}
         fake = seconds(str(annotations.get(FAKE_RUNTIME_ANNOTATION, "")))
-        if fake is not None:
-            return float(fake), FAKE_RUNTIME_ANNOTATION
-        if job.time_limit is not None:
-            return job.time_limit, TIME_LIMIT
+        if fake is not None and (run := _duration(fake)) is not None:
+            return run, FAKE_RUNTIME_ANNOTATION
+        if job.time_limit is not None and (run := _duration(job.time_limit)) is not None:
+            return run, TIME_LIMIT
         deadline = (job.template.get("spec") or {}).get(ACTIVE_DEADLINE)
-        if isinstance(deadline, int) and not isinstance(deadline, bool):
-            return float(deadline), ACTIVE_DEADLINE
+        if isinstance(deadline, int) and not isinstance(deadline, bool) and (run := _duration(deadline)) is not None:
+            return run, ACTIVE_DEADLINE
         history = self.history.get(job.queue)
         if history is not None:
             return history[0], f"{HISTORY} (median of {history[1]} finished)"
         return None
 
     def expected_end(self, job: JobView) -> dt.datetime | None:
-        """When a running gang ends: ``startedAt`` (else ``admittedAt``) + its run time."""
+        """When a running gang ends: ``startedAt`` (else ``admittedAt``) + its run time; None when that is
+        unknown, or past what a date can hold (an absurd run time, such as ``activeDeadlineSeconds:
+        1000000000000`` or a fake runtime of ``99999999h``, says nothing about when the gang ends, and
+        must not break the answer about another job)."""
         run_time = self.run_time(job)
         started = job.status_time("startedAt") or job.status_time("admittedAt")
         if run_time is None or started is None:
             return None
-        return started + dt.timedelta(seconds=run_time[0])
+        try:
+            return started + dt.timedelta(seconds=run_time[0])
+        except OverflowError:
+            return None

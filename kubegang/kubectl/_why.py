@@ -173,16 +173,25 @@ def why_report(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]
         report["operatorPosition"] = dict(written)
     report["quota"] = _quota(engine, job)
     unseen = engine.placement_unseen
+    missing = engine.missing_priority_class(job)
+    if missing is not None:  # the operator holds it back, whatever quota and GPUs say
+        report["priorityClassNotFound"] = missing
     if unseen is not None:  # no nodes: every placement answer would be "no place", which is not true
         report["placementNow"] = report["nextCycle"] = {"unknown": unseen}
         report["estimate"] = {"known": False, "why": unseen}
     else:
         report["placementNow"] = _placement_now(engine, job)
-        report["estimate"] = _estimate(engine, job, now)
-        first = len(pos.ahead) if pos is not None else 0
-        if report["estimate"]["known"] and first:
-            report["estimate"]["basis"] += f" (not counting the {first} job(s) ahead of it, which go first)"
-        report["nextCycle"] = _next_cycle(engine, job)
+        if missing is not None:  # the cycle leaves it out: not a candidate, it neither waits nor preempts
+            report["nextCycle"] = {"considered": False, "result": "Unschedulable",
+                                   "reason": WaitReason.PRIORITY_CLASS_NOT_FOUND.value, "message": missing}
+            report["estimate"] = {"known": False, "why": "its spec.priorityClassName names no PriorityClass: it is "
+                                  "not admitted until the class is created or the field is changed"}
+        else:
+            report["estimate"] = _estimate(engine, job, now)
+            first = len(pos.ahead) if pos is not None else 0
+            if report["estimate"]["known"] and first:
+                report["estimate"]["basis"] += f" (not counting the {first} job(s) ahead of it, which go first)"
+            report["nextCycle"] = _next_cycle(engine, job)
         if engine.placement_partial:
             report["placementNow"]["partial"] = report["nextCycle"]["partial"] = engine.placement_partial
     message = str(cond.get("message") or "")
@@ -274,7 +283,11 @@ def why_lines(report: Mapping[str, Any], style: Style) -> list[str]:
             lines.append(f"Placement now: no place: {now['reason']}{best}")
     nxt = report.get("nextCycle")
     if nxt and "unknown" not in nxt:
-        if not nxt["considered"]:
+        if not nxt["considered"] and nxt.get("reason"):
+            said = nxt["message"] in str(report.get("message") or "")
+            lines.append(f"Next cycle: not considered ({nxt['reason']})" + (", as above" if said else
+                                                                             f": {nxt['message']}"))
+        elif not nxt["considered"]:
             lines.append("Next cycle: not considered (it would not be a head)")
         elif nxt["result"] == AdmitResult.ADMITTED.value:
             lines.append(style.good(f"Next cycle: would be admitted in {nxt.get('domain') or '?'} on "

@@ -76,3 +76,10 @@ def test_every_alert_s_runbook_url_points_at_its_section() -> None:
     for rule in rules:
         assert rule["annotations"]["runbook_url"] == RUNBOOKS + rule["alert"].lower(), rule["alert"]
         assert rule["alert"] in headings, f"docs/why-pending.md has no '### {rule['alert']}'"
+
+
+def test_the_page_names_the_report_field_of_a_missing_priority_class() -> None:
+    objects = cluster(job("wait", "a", "team-a", 1, priorityClassName="urgent"))
+    engine = Engine(objects)
+    report = why_report(engine, engine.find("a", "wait"), dt.datetime.now(dt.UTC))  # type: ignore[arg-type]
+    assert "priorityClassNotFound" in report and "`priorityClassNotFound`" in PAGE.read_text()

@@ -28,3 +28,23 @@ never land on it."""
 ADMISSION_GATE = "kubegang.io/admission"
 """A scheduling gate a pod of a pod group (or any pod kubegang adopts) may carry so that kube-scheduler
 does not even try it before kubegang admitted its gang; the operator lifts it when it pins the pod."""
+
+LABEL_VALUE_MAX = 63
+"""The longest label value Kubernetes accepts."""
+
+
+def label_value(text: str) -> str:
+    """``text`` (an object's name) as a label value: cut to 63 characters, and whatever the cut leaves at
+    either end that is not a letter or digit dropped, since a label value must begin and end with one
+    (``"a" * 62 + "-b"`` gives 62 ``a``, not ``a...a-``, which the API server refuses)."""
+    value = text[:LABEL_VALUE_MAX]
+    start, end = 0, len(value)
+    while start < end and not _alphanumeric(value[start]):
+        start += 1
+    while end > start and not _alphanumeric(value[end - 1]):
+        end -= 1
+    return value[start:end]
+
+
+def _alphanumeric(char: str) -> bool:
+    return char.isascii() and char.isalnum()

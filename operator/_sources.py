@@ -25,7 +25,11 @@ leader's bridge between the sources and those GPUJobs, run once per leader step:
    suspended again (KubeRay deletes every pod), a pod group's pods are deleted (their controller makes
    them anew, and they wait again).
 
-A source kubegang cannot count gets no GPUJob and a Warning Event on itself that names the field.
+A source kubegang cannot count, or whose GPUJob the CRD would refuse (a queue label that is a valid label
+value but no GPUQueue name, an empty ``nvidia.com/gpu.product`` selector), gets no GPUJob and a Warning
+Event ``NotAdmissible`` on itself that names the source's own field and what it allows (the spec is
+validated with the API model before it is written; an API server's 422 on the write is reported the same
+way, with its message).
 """
 
 from __future__ import annotations
@@ -34,16 +38,20 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic
 
 from kubegang.api import (
     GPU_RESOURCE,
+    GROUP_SIZE_LABEL,
     QUEUE_LABEL,
     SCHEDULING_API_VERSION,
     SOURCE_KIND_LABEL,
     SOURCE_NAME_LABEL,
+    TOPOLOGY_PREFERRED_ANNOTATION,
+    TOPOLOGY_REQUIRED_ANNOTATION,
     GPUJobSpec,
     PodSourceKind,
     RayGangError,
@@ -75,7 +83,9 @@ from kubegang.podcontract import (
     JOB_UID_LABEL,
     NODE_ANNOTATION,
     POD_INDEX_LABEL,
+    label_value,
 )
+from kubegang.restclient import ApiStatusError
 
 log = logging.getLogger("kubegang.operator.sources")
 
@@ -83,6 +93,92 @@ GROUP_GONE_SECONDS = 10.0
 """A pod group's GPUJob is deleted once the group has had no pod for this long: long enough for a
 controller to make the pods of a group anew after kubegang deleted them (a requeue)."""
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+REFUSED_RETRY_SECONDS = 60.0
+"""A GPUJob write the API server refused as invalid (422) is not sent again unchanged for this long (the
+source's Event says why); the same write every step would only be refused every step."""
+_INVALID = 422
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where the fields of a source's GPUJob spec come from in the source: what a message names, so that
+    a user reads the field they wrote, not the GPUJob's. The source's own fields are named bare (the
+    Event is on it); ``*_of`` names another object they are read from (`` of Workload 'w'``)."""
+
+    queue: str = f"metadata.labels[{QUEUE_LABEL}]"
+    """The queue label (``spec.queue``)."""
+    pod_spec: str = "spec"
+    """The pod spec ``template``, ``gpuProduct`` and ``priorityClassName`` are read from."""
+    pod_of: str = ""
+    annotations_of: str = ""
+    """Whose ``kubegang.io/topology-*`` annotations give ``topology``."""
+    size: str = "the group's size"
+    """What gives ``replicas``."""
+
+    def field(self, loc: Sequence[int | str]) -> str:
+        """The source's field a GPUJob spec location (a pydantic error's ``loc``) was read from."""
+        head, rest = (str(loc[0]), tuple(loc[1:])) if loc else ("", ())
+        if head == "queue":
+            return self.queue
+        if head == "gpuProduct":
+            return f"{self.pod_spec}.nodeSelector[{PRODUCT_LABEL}]{self.pod_of}"
+        if head == "priorityClassName":
+            return f"{self.pod_spec}.priorityClassName{self.pod_of}"
+        if head == "template":
+            inner = rest[1:] if rest[:1] == ("spec",) else rest
+            return self.pod_spec + "".join(_step(part) for part in inner) + self.pod_of
+        if head == "topology":
+            key = {"required": TOPOLOGY_REQUIRED_ANNOTATION, "preferred": TOPOLOGY_PREFERRED_ANNOTATION}.get(
+                str(rest[0]) if rest else "", f"{TOPOLOGY_REQUIRED_ANNOTATION}/-preferred")
+            return f"metadata.annotations[{key}]{self.annotations_of}"
+        if head == "replicas":
+            return self.size
+        if head == "podSource":
+            return "metadata.name"
+        return self.pod_spec + self.pod_of  # a rule across fields: the pods' GPU request
+
+
+def _step(part: int | str) -> str:
+    if isinstance(part, int):
+        return f"[{part}]"
+    return f".{part}" if part.isidentifier() else f"[{part}]"
+
+
+_WHAT = {"queue": "a GPUQueue's name", "priorityClassName": "a PriorityClass's name",
+         "gpuProduct": f"a GPU model (the node label {PRODUCT_LABEL}, e.g. NVIDIA-H200)"}
+_NAME_RULE = ("lowercase letters, digits, '-' and '.', beginning and ending with a letter or digit "
+              "(an RFC 1123 subdomain, at most 253 characters)")
+
+
+def _problem(error: Mapping[str, Any], origin: Origin) -> str:
+    """One pydantic error of a source's GPUJob spec, told as the source's field and what it allows."""
+    loc = tuple(error.get("loc") or ())
+    field = origin.field(loc)
+    kind, ctx, got = str(error.get("type")), error.get("ctx") or {}, error.get("input")
+    what = _WHAT.get(str(loc[0])) if len(loc) == 1 else None
+    if kind == "string_pattern_mismatch" and what is not None and loc[0] != "gpuProduct":
+        allowed = f"it allows {_NAME_RULE}"
+    elif kind == "string_too_short":
+        allowed = "it must not be empty" if ctx.get("min_length") == 1 else \
+            f"it needs at least {ctx.get('min_length')} characters"
+    elif kind == "string_too_long":
+        allowed = f"it allows at most {ctx.get('max_length')} characters"
+    else:
+        allowed = str(error.get("msg") or kind).removeprefix("Value error, ")
+    if what is not None and isinstance(got, str):
+        return f"{field}: {got!r} cannot be {what}: {allowed}"
+    return f"{field}: {allowed}"
+
+
+def representable(spec: Mapping[str, Any], origin: Origin) -> GPUJobSpec:
+    """``spec`` as the GPUJob model (the CRD's twin) reads it; :class:`SourceError` names the source's
+    field behind each problem (``origin``) and what it allows, instead of the GPUJob field the CRD
+    would name in a 422."""
+    try:
+        return GPUJobSpec.model_validate({**spec, "topology": {k: v for k, v in spec["topology"].items() if v}})
+    except pydantic.ValidationError as exc:
+        problems = list(dict.fromkeys(_problem(e, origin) for e in exc.errors()))
+        raise SourceError("; ".join(problems)) from None
 
 
 def _template(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -121,7 +217,7 @@ def _spec(replicas: int, queue: str, topology: Mapping[str, Any], pod_spec: Mapp
 def _manifest(namespace: str, kind: PodSourceKind, name: str, spec: Mapping[str, Any],
               owner: Mapping[str, Any] | None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": source_job_name(kind, name), "namespace": namespace,
-                            "labels": {SOURCE_KIND_LABEL: kind.value, SOURCE_NAME_LABEL: name[:63]}}
+                            "labels": {SOURCE_KIND_LABEL: kind.value, SOURCE_NAME_LABEL: label_value(name)}}
     if owner is not None:
         meta["ownerReferences"] = [owner]
     return {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob", "metadata": meta,
@@ -129,15 +225,22 @@ def _manifest(namespace: str, kind: PodSourceKind, name: str, spec: Mapping[str,
             | {"topology": {k: v for k, v in spec["topology"].items() if v is not None}}}
 
 
-def ray_cluster_spec(rc: Mapping[str, Any]) -> dict[str, Any]:
-    """The GPUJob spec of a labelled RayCluster; :class:`SourceError` names what cannot be counted.
+def ray_cluster_spec(rc: Mapping[str, Any]) -> tuple[dict[str, Any], Origin]:
+    """The GPUJob spec of a labelled RayCluster, and where its fields come from; :class:`SourceError`
+    names what cannot be counted.
 
     The gang is every pod that asks for GPUs (the head too, if it does); they must all ask for the same
     number, since a gang is identical pods. Pods without GPUs (a CPU head, CPU workers) start with the
-    cluster once it is admitted and are placed by kube-scheduler alone.
+    cluster once it is admitted and are placed by kube-scheduler alone. GPU groups that want no pod now
+    (``replicas: 0``, ``numOfHosts: 0``, suspended) are not in it; a cluster with no other gets no GPUJob
+    and an Event naming those groups' fields.
     """
     gang = ray_cluster_gang(rc)
     groups = gang.gpu_groups
+    if not groups and gang.idle_gpu_groups:
+        raise RayGangError(f"{gang.idle_message()}; kubegang admits the cluster once it asks for GPU pods (until "
+                           f"then it has no GPUJob; while it is held suspended no head runs, so the Ray autoscaler "
+                           f"cannot scale a group up from zero)")
     if not groups:
         raise RayGangError(f"spec.workerGroupSpecs: no group of RayCluster {gang.name!r} asks for {GPU_RESOURCE}; "
                            f"kubegang admits GPU gangs (remove the {QUEUE_LABEL} label to run it without kubegang)")
@@ -152,8 +255,10 @@ def ray_cluster_spec(rc: Mapping[str, Any]) -> dict[str, Any]:
         template = spec["headGroupSpec"]["template"]
     else:
         template = next(w for w in spec.get("workerGroupSpecs") or [] if w.get("groupName") == first.name)["template"]
+    origin = Origin(pod_spec=f"{first.where}.template.spec",
+                    size=", ".join(f"{g.where} (replicas/minReplicas/maxReplicas/numOfHosts)" for g in groups))
     return _spec(sum(g.pods for g in groups), gang.queue, gang.topology.model_dump(), template.get("spec") or {},
-                 PodSourceKind.RAY_CLUSTER, gang.name)
+                 PodSourceKind.RAY_CLUSTER, gang.name), origin
 
 
 def _by_name(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -175,8 +280,9 @@ def _one_shape(group: str, pods: Sequence[Mapping[str, Any]], says: Callable[[Ma
                           "kubegang admits GPU gangs")
 
 
-def pod_group_spec(namespace: str, group: str, pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The GPUJob spec of a pod group from its live pods; :class:`SourceError` names the bad label."""
+def pod_group_spec(namespace: str, group: str, pods: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], Origin]:
+    """The GPUJob spec of a pod group from its live pods, and where its fields come from (the first pod,
+    which the Event is on); :class:`SourceError` names the bad label."""
     ordered = _by_name(pods)
     members = {str(p["metadata"].get("name")): pod_group_member(p) for p in ordered}
 
@@ -189,13 +295,15 @@ def pod_group_spec(namespace: str, group: str, pods: Sequence[Mapping[str, Any]]
     first = members[str(ordered[0]["metadata"].get("name"))]
     assert first is not None
     return _spec(first.size, first.queue, first.topology.model_dump(), ordered[0].get("spec") or {},
-                 PodSourceKind.POD_GROUP, group)
+                 PodSourceKind.POD_GROUP, group), Origin(pod_of=f" of pod {ordered[0]['metadata'].get('name')}",
+                                                         size=f"metadata.labels[{GROUP_SIZE_LABEL}]")
 
 
 def scheduling_group_spec(group: str, podgroup: Mapping[str, Any] | None, workload: Mapping[str, Any] | None,
-                          pods: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+                          pods: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], Origin]:
     """The GPUJob spec of a native PodGroup from the object and its live pods (which name it in
-    ``spec.schedulingGroup``); :class:`SourceError` names what cannot be used."""
+    ``spec.schedulingGroup``), and where its fields come from (the Event is on the PodGroup);
+    :class:`SourceError` names what cannot be used."""
     if podgroup is None:
         raise SourceError(f"spec.schedulingGroup.podGroupName: PodGroup {group!r} ({SCHEDULING_API_VERSION}) does "
                           f"not exist (yet); the pods wait for it")
@@ -209,8 +317,39 @@ def scheduling_group_spec(group: str, podgroup: Mapping[str, Any] | None, worklo
             raise SourceError(f"pod {pod['metadata'].get('name')}: {exc}") from None
 
     _one_shape(group, ordered, says, "GPU request")
+    first = f" of pod {ordered[0]['metadata'].get('name')}"
+    if _labels(podgroup).get(QUEUE_LABEL) == gang.queue:  # the order native_pod_group reads them in
+        queue_of = ""
+    elif _labels(workload).get(QUEUE_LABEL) == gang.queue:
+        queue_of = f" of Workload {workload_name(podgroup)!r}"
+    else:
+        queue_of = first
+    own = (podgroup.get("metadata") or {}).get("annotations") or {}
+    annotations_of = "" if any(k in own for k in (TOPOLOGY_REQUIRED_ANNOTATION, TOPOLOGY_PREFERRED_ANNOTATION)) \
+        else f" of Workload {workload_name(podgroup)!r}"
+    origin = Origin(queue=f"metadata.labels[{QUEUE_LABEL}]{queue_of}", pod_spec="spec", pod_of=first,
+                    annotations_of=annotations_of, size="spec.schedulingPolicy.gang.minCount")
     return _spec(gang.size, gang.queue, gang.topology.model_dump(), ordered[0].get("spec") or {},
-                 PodSourceKind.SCHEDULING_GROUP, group)
+                 PodSourceKind.SCHEDULING_GROUP, group), origin
+
+
+def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    labels = ((obj or {}).get("metadata") or {}).get("labels")
+    return labels if isinstance(labels, Mapping) else {}
+
+
+Work = Callable[[], tuple[dict[str, Any], Mapping[str, Any] | None, Origin]]
+"""How to compute a source's GPUJob spec, owner reference and the spec's origin (lazily)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A GPUJob write the API server refused as invalid: not sent again unchanged before ``until``."""
+
+    name: str
+    body: Mapping[str, Any]
+    error: str
+    until: float
 
 
 class SourceBridge:
@@ -222,6 +361,8 @@ class SourceBridge:
         self.clock = clock
         self._reported: dict[SourceKey, str] = {}
         """The error last reported (by Event) per source: reported once, not every step."""
+        self._refused: dict[SourceKey, _Refused] = {}
+        """The GPUJob write per source the API server last refused as invalid (422)."""
         self._gone_since: dict[SourceKey, float] = {}
         self._pinned: dict[tuple[str, str], tuple[str, str, int]] = {}
         """(namespace, pod) -> (job UID, attempt, index) pinned by this leader and not yet echoed."""
@@ -240,13 +381,20 @@ class SourceBridge:
                     slices.setdefault(key, []).append(job)
                 else:
                     jobs[key] = job
-        for key, work in self._sources().items():
+        sources = self._sources()
+        for key, work in sources.items():
             try:
                 await self._represent(key, work, jobs.get(key), slices.get(key, []))
             except SourceError as exc:
                 await self._report(key, str(exc))
             except Exception:
                 log.exception("%s %s/%s: could not represent it; retrying next step", key[1].value, key[0], key[2])
+            else:
+                self._reported.pop(key, None)
+                self._refused.pop(key, None)
+        # A source that went (or stopped asking for kubegang) and comes back is reported afresh.
+        self._reported = {k: v for k, v in self._reported.items() if k in sources}
+        self._refused = {k: v for k, v in self._refused.items() if k in sources}
         for key, job in jobs.items():
             # The base first, then its slices oldest first: the oldest admission gets the pods first.
             for part in [job, *sorted(slices.get(key, []), key=lambda s: _slice_of(s) or 0)]:
@@ -256,9 +404,9 @@ class SourceBridge:
                     log.exception("pinning the pods of %s failed; retrying next step", part.key)
         await self._delete_gone_groups(jobs)
 
-    def _sources(self) -> dict[SourceKey, Callable[[], tuple[dict[str, Any], Mapping[str, Any] | None]]]:
+    def _sources(self) -> dict[SourceKey, Work]:
         """Each labelled source, with how to compute its GPUJob spec and owner reference (lazily)."""
-        out: dict[SourceKey, Callable[[], tuple[dict[str, Any], Mapping[str, Any] | None]]] = {}
+        out: dict[SourceKey, Work] = {}
         for (namespace, name), rc in self.cache.rayclusters.items():
             if ((rc.get("metadata") or {}).get("labels") or {}).get(QUEUE_LABEL):
                 out[(namespace, PodSourceKind.RAY_CLUSTER, name)] = functools.partial(_ray_work, rc)
@@ -274,46 +422,69 @@ class SourceBridge:
                 out[key] = functools.partial(_scheduling_group_work, name, podgroup, workload, live)
         return out
 
-    async def _represent(self, key: SourceKey, work: Callable[[], tuple[dict[str, Any], Mapping[str, Any] | None]],
-                         job: JobView | None, slices: Sequence[JobView] = ()) -> None:
+    async def _represent(self, key: SourceKey, work: Work, job: JobView | None, slices: Sequence[JobView] = ()) -> None:
+        """Create or update the source's GPUJob; :class:`SourceError` (reported on the source) for one
+        kubegang cannot count, or whose GPUJob the CRD refuses: validated before each write, naming the
+        source's own field (``representable``), and a 422 on the write told the same way."""
         namespace, kind, name = key
-        spec, owner = work()
-        self._reported.pop(key, None)
+        spec, owner, origin = work()
         if job is not None and kind is PodSourceKind.RAY_CLUSTER:
-            await self._grow(job, slices, spec, owner)
+            await self._grow(key, job, slices, spec, owner, origin)
         holds = job is not None and job.phase in HOLDING_PHASES
         if kind is PodSourceKind.RAY_CLUSTER and not holds:
             await self._keep_suspended(namespace, name)
         if job is None:
+            representable(spec, origin)
             manifest = _manifest(namespace, kind, name, spec, owner)
-            if await self.kube.create(manifest):
+            if await self._write_job(key, manifest, create=True):
                 log.info("%s %s/%s: represented by GPUJob %s", kind.value, namespace, name,
                          manifest["metadata"]["name"])
             return
         if holds:
             return  # the admitted size stands: pods past it wait for a growth slice (``_grow``)
-        try:
-            wanted = GPUJobSpec.model_validate(spec | {"topology": {k: v for k, v in spec["topology"].items() if v}})
-        except pydantic.ValidationError as exc:
-            raise SourceError(f"cannot represent it as a GPUJob: {exc.errors()[0]['msg']}") from None
-        if wanted != job.spec:
-            await self.kube.patch("GPUJob", namespace, job.name, {"spec": spec})
+        if representable(spec, origin) != job.spec:
+            await self._write_job(key, {"metadata": {"name": job.name, "namespace": namespace}, "spec": spec})
 
-    async def _grow(self, base: JobView, slices: Sequence[JobView], spec: Mapping[str, Any],
-                    owner: Mapping[str, Any] | None) -> None:
-        """Carry out :func:`kubegang.operator._growth.plan_growth` for one Ray cluster."""
+    async def _write_job(self, key: SourceKey, body: Mapping[str, Any], *, create: bool = False) -> bool:
+        """Create a GPUJob (``body`` its manifest) or merge-patch its spec (``body``'s metadata names it);
+        the API server's 422 (the CRD refused it) is the source's :class:`SourceError`, and the same
+        write is not sent again for ``REFUSED_RETRY_SECONDS``."""
+        meta = body["metadata"]
+        name = str(meta["name"])
+        refused = self._refused.get(key)
+        if refused is not None and (refused.name, refused.body) == (name, body) and self.clock() < refused.until:
+            raise SourceError(refused.error)
+        try:
+            if create:
+                return await self.kube.create(body)
+            return await self.kube.patch("GPUJob", str(meta["namespace"]), name, {"spec": body["spec"]})
+        except ApiStatusError as exc:
+            if exc.code != _INVALID:
+                raise
+            error = f"cannot represent it as a GPUJob: the API server refused GPUJob {name!r}: {exc.message}"
+            self._refused[key] = _Refused(name, body, error, self.clock() + REFUSED_RETRY_SECONDS)
+            raise SourceError(error) from None
+
+    async def _grow(self, key: SourceKey, base: JobView, slices: Sequence[JobView], spec: Mapping[str, Any],
+                    owner: Mapping[str, Any] | None, origin: Origin) -> None:
+        """Carry out :func:`kubegang.operator._growth.plan_growth` for one Ray cluster (a slice no longer
+        needed goes even while the cluster's spec is not representable; a new or resized one is validated
+        first)."""
         source = base.spec.pod_source
         assert source is not None
         for step in plan_growth(base, slices, int(spec["replicas"])):
             grown = {**spec, "replicas": step.replicas}
             if step.kind is StepKind.CREATE:
+                representable(grown, origin)
                 manifest = _manifest(base.namespace, source.kind, source.name, grown, owner)
                 manifest["metadata"]["name"] = step.name
-                if await self.kube.create(manifest):
+                if await self._write_job(key, manifest, create=True):
                     log.info("RayCluster %s/%s grew past its admission: %d more GPU pods wait for quota as %s",
                              base.namespace, source.name, step.replicas, step.name)
             elif step.kind is StepKind.RESIZE:
-                await self.kube.patch("GPUJob", base.namespace, step.name, {"spec": grown})
+                representable(grown, origin)
+                await self._write_job(key, {"metadata": {"name": step.name, "namespace": base.namespace},
+                                            "spec": grown})
             else:
                 log.info("RayCluster %s/%s: growth slice %s is no longer needed", base.namespace, source.name,
                          step.name)
@@ -377,8 +548,8 @@ class SourceBridge:
             name = str(pod["metadata"]["name"])
             gates = [g for g in (pod.get("spec") or {}).get("schedulingGates") or [] if g.get("name") != ADMISSION_GATE]
             patch: dict[str, Any] = {"metadata": {
-                "labels": {JOB_UID_LABEL: job.uid, JOB_NAME_LABEL: job.name[:63], POD_INDEX_LABEL: str(slot.index),
-                           ATTEMPT_LABEL: attempt},
+                "labels": {JOB_UID_LABEL: job.uid, JOB_NAME_LABEL: label_value(job.name),
+                           POD_INDEX_LABEL: str(slot.index), ATTEMPT_LABEL: attempt},
                 "annotations": {NODE_ANNOTATION: slot.node, GPUS_ANNOTATION: ",".join(str(g) for g in slot.gpus)}}}
             if len(gates) != len((pod.get("spec") or {}).get("schedulingGates") or []):
                 patch["spec"] = {"schedulingGates": gates}
@@ -445,20 +616,23 @@ class SourceBridge:
         self._gone_since = {k: t for k, t in self._gone_since.items() if k in jobs}
 
 
-def _ray_work(rc: Mapping[str, Any]) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
-    return ray_cluster_spec(rc), _owner(rc)
+def _ray_work(rc: Mapping[str, Any]) -> tuple[dict[str, Any], Mapping[str, Any] | None, Origin]:
+    spec, origin = ray_cluster_spec(rc)
+    return spec, _owner(rc), origin
 
 
 def _group_work(namespace: str, name: str, live: Sequence[Mapping[str, Any]]
-                ) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
-    return pod_group_spec(namespace, name, live), None
+                ) -> tuple[dict[str, Any], Mapping[str, Any] | None, Origin]:
+    spec, origin = pod_group_spec(namespace, name, live)
+    return spec, None, origin
 
 
 def _scheduling_group_work(name: str, podgroup: Mapping[str, Any] | None, workload: Mapping[str, Any] | None,
-                           live: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], Mapping[str, Any] | None]:
-    spec = scheduling_group_spec(name, podgroup, workload, live)
+                           live: Sequence[Mapping[str, Any]]
+                           ) -> tuple[dict[str, Any], Mapping[str, Any] | None, Origin]:
+    spec, origin = scheduling_group_spec(name, podgroup, workload, live)
     assert podgroup is not None  # scheduling_group_spec refuses a missing one
-    return spec, _owner(podgroup, SCHEDULING_API_VERSION, "PodGroup")
+    return spec, _owner(podgroup, SCHEDULING_API_VERSION, "PodGroup"), origin
 
 
 def _slice_of(job: JobView) -> int | None:

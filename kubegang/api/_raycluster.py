@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubegang.api._gpujob import Topology
@@ -31,7 +31,7 @@ from kubegang.api._podsource import (
     SourceError,
     source_topology,
 )
-from kubegang.api._requests import PodRequests, RequestError, pod_spec_requests
+from kubegang.api._requests import GPU_RESOURCE, PodRequests, RequestError, pod_spec_requests
 
 RAY_QUEUE_LABEL = QUEUE_LABEL
 """The label that hands a RayCluster (or RayJob) to kubegang: the GPUQueue it waits in."""
@@ -67,6 +67,11 @@ class RayGroup:
     """How many pods KubeRay will create for it now."""
     requests: PodRequests
     """What each of them asks for."""
+    where: str = field(default="", compare=False)
+    """The group's field in the RayCluster (``spec.headGroupSpec``, ``spec.workerGroupSpecs[0]``)."""
+    idle: str | None = field(default=None, compare=False)
+    """When ``pods`` is 0: which field says so and how to make the group want pods
+    (:func:`why_no_worker_pods`)."""
 
     def pod_labels(self, cluster: str) -> dict[str, str]:
         """The labels KubeRay puts on this group's pods: what identifies them as they appear."""
@@ -95,7 +100,20 @@ class RayGang:
 
     @property
     def gpu_groups(self) -> tuple[RayGroup, ...]:
+        """The groups whose pods ask for GPUs and that want pods now: the gang."""
         return tuple(g for g in self.groups if g.pods and g.requests.gpus)
+
+    @property
+    def idle_gpu_groups(self) -> tuple[RayGroup, ...]:
+        """The groups whose pods ask for GPUs but that want no pod now (``replicas: 0`` to autoscale from
+        zero, ``numOfHosts: 0``, a suspended group): not in the gang until they want pods."""
+        return tuple(g for g in self.groups if not g.pods and g.requests.gpus)
+
+    def idle_message(self) -> str:
+        """Why a cluster whose GPU groups all want no pod gets no GPUJob: each group's field, what it says
+        and what to change."""
+        return "; ".join(f"{g.where} ({g.name!r}): asks for {g.requests.gpus} {GPU_RESOURCE} per pod but 0 pods "
+                         f"are desired ({g.idle})" for g in self.idle_gpu_groups)
 
 
 def _int(value: Any, where: str, default: int) -> int:
@@ -115,6 +133,21 @@ def desired_worker_pods(group: Mapping[str, Any], where: str) -> int:
     replicas = _int(group.get("replicas"), f"{where}.replicas", 0)
     hosts = _int(group.get("numOfHosts"), f"{where}.numOfHosts", 1)
     return (high if low > high else min(max(replicas, low), high)) * hosts
+
+
+def why_no_worker_pods(group: Mapping[str, Any], where: str) -> str | None:
+    """Which field of a worker group makes :func:`desired_worker_pods` 0, and what to change (``where``
+    names the group); None when the group wants pods. Read with the same defaults, so the two agree."""
+    if desired_worker_pods(group, where):
+        return None
+    if group.get("suspend") is True:
+        return "suspend: true; set it to false"
+    if group.get("numOfHosts") == 0:
+        return "numOfHosts: 0; set it to at least 1"
+    if group.get("maxReplicas") == 0:
+        return "maxReplicas: 0; set it to at least 1"
+    return (f"replicas: {group.get('replicas') or 0}, minReplicas: {group.get('minReplicas') or 0}; set replicas or "
+            f"minReplicas to at least 1")
 
 
 def _template_requests(group: Mapping[str, Any], where: str) -> PodRequests:
@@ -145,8 +178,8 @@ def ray_cluster_gang(obj: Mapping[str, Any]) -> RayGang:
     spec = obj.get("spec")
     if not isinstance(spec, Mapping) or not isinstance(spec.get("headGroupSpec"), Mapping):
         raise RayGangError("spec.headGroupSpec: required (every Ray cluster has a head)")
-    groups = [RayGroup(RAY_HEAD_GROUP, RayNodeType.HEAD, 1, _template_requests(spec["headGroupSpec"],
-                                                                                "spec.headGroupSpec"))]
+    groups = [RayGroup(RAY_HEAD_GROUP, RayNodeType.HEAD, 1,
+                       _template_requests(spec["headGroupSpec"], "spec.headGroupSpec"), where="spec.headGroupSpec")]
     workers = spec.get("workerGroupSpecs") or []
     if not isinstance(workers, list):
         raise RayGangError("spec.workerGroupSpecs: must be a list of worker groups")
@@ -162,7 +195,7 @@ def ray_cluster_gang(obj: Mapping[str, Any]) -> RayGang:
             raise RayGangError(f"{where}.groupName: {name!r} is used twice (the head's group is {RAY_HEAD_GROUP!r})")
         seen.add(name)
         groups.append(RayGroup(name, RayNodeType.WORKER, desired_worker_pods(group, where),
-                               _template_requests(group, where)))
+                               _template_requests(group, where), where=where, idle=why_no_worker_pods(group, where)))
     annotations = meta.get("annotations") or {}
     return RayGang(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""), queue=queue,
                    topology=_topology(annotations if isinstance(annotations, Mapping) else {}),

@@ -415,3 +415,32 @@ def test_a_ray_job_is_admitted_as_the_gang_of_its_ray_cluster_runs_to_completion
     finally:
         cluster.kubectl("delete", "rayjob", "--all", "-n", namespace, "--wait=false", check=False)
         cluster.kubectl("delete", "gpuqueue", queue, "--ignore-not-found", "--wait=false", check=False)
+
+
+def test_a_ray_cluster_kubegang_cannot_represent_is_told_why_on_itself_naming_its_own_field(
+        cluster: Cluster, kubegang: Any, kuberay: dict[str, Any], namespace: str) -> None:
+    """docs/ray-and-pod-groups.md, "Limits": a queue label that is no GPUQueue name, or GPU worker groups
+    that want no pod yet, get no GPUJob and a Warning Event ``NotAdmissible`` on the RayCluster naming
+    the label or the group's field (before, the first made a refused GPUJob create every step, seen
+    only in the operator's log, and the second was told to drop the queue label)."""
+    cluster.use_shape("superpod-h100")
+    bad_label = _ray_cluster(namespace, "ML_Team", 1, min_workers=1, max_workers=1)
+    idle = _ray_cluster(namespace, namespace, 0, min_workers=0, max_workers=2)
+    idle["metadata"]["name"] = "idle"
+
+    def warnings(name: str) -> list[str]:
+        events = cluster.get_json("events", "-n", namespace, "--field-selector",
+                                  f"involvedObject.kind=RayCluster,involvedObject.name={name}")["items"]
+        return [e["message"] for e in events if e["reason"] == "NotAdmissible" and e["type"] == "Warning"]
+
+    try:
+        for rc in (bad_label, idle):
+            cluster.kubectl("create", "-f", "-", input=json.dumps(rc))
+        cluster.wait_for("a NotAdmissible Event naming the queue label", lambda: any(
+            "metadata.labels[kubegang.io/queue]" in m and "'ML_Team'" in m for m in warnings("rc")), timeout=60)
+        cluster.wait_for("a NotAdmissible Event naming the idle group", lambda: any(
+            "spec.workerGroupSpecs[0]" in m and "0 pods are desired" in m for m in warnings("idle")), timeout=60)
+        assert _job(cluster, namespace, "raycluster-rc") is None and _job(cluster, namespace, "raycluster-idle") is None
+        assert _pods(cluster, namespace, "ray.io/node-type=worker") == []
+    finally:
+        cluster.kubectl("delete", "raycluster", "--all", "-n", namespace, "--wait=false", check=False)

@@ -14,7 +14,14 @@ from datetime import datetime
 from typing import Any
 
 from kubegang.api import Condition
-from kubegang.api.gpunode import GpuHealth, GPUNodeStatus, GpuStatus, NvLinkPeer
+from kubegang.api.gpunode import (
+    REASON_NVML_UNAVAILABLE,
+    GpuHealth,
+    GPUNodeStatus,
+    GpuStatus,
+    NvLinkPeer,
+    nvml_unavailable,
+)
 
 from ._fabric import nvlink_domain
 from ._snapshot import NVLINK_REMOTE_GPU, NVLINK_REMOTE_SWITCH, GpuReadings, NodeReadings
@@ -26,7 +33,6 @@ LABEL_COUNT = "nvidia.com/gpu.count"
 LABEL_PRESENT = "nvidia.com/gpu.present"
 LABEL_DOMAIN = "kubegang.io/nvlink-domain"
 NVIDIA_LABELS = (LABEL_CLIQUE, LABEL_PRODUCT, LABEL_COUNT, LABEL_PRESENT)
-REASON_NVML_UNAVAILABLE = "NVMLUnavailable"
 """The reason of the Ready condition of a GPUNode whose agent could not use NVML."""
 
 _MIB = 1 << 20
@@ -226,11 +232,6 @@ def node_labels(status: GPUNodeStatus, *, nvidia_labels: bool = True) -> dict[st
             }
         )
     return dict(sorted(labels.items()))
-
-
-def nvml_unavailable(status: GPUNodeStatus) -> bool:
-    """True when the status was built without NVML (``Ready=False``, reason ``NVMLUnavailable``)."""
-    return any(c.type == "Ready" and c.reason == REASON_NVML_UNAVAILABLE for c in status.conditions)
 
 
 def status_payload(status: GPUNodeStatus) -> dict[str, Any]:

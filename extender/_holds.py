@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kubegang.extender._pods import DemandError, PodDemand, pod_demand
+from kubegang.extender._pods import PodDemand, pod_demand
 from kubegang.extender._wire import Pod
 from kubegang.placement import (
     MILLI,
@@ -70,6 +70,11 @@ class Reservation:
     durable: bool = False
     """Backed by the GPUJob's ``status.placement`` (:mod:`._admitted`): held, with no TTL, until the
     pods exist or the job gives its admission back. False between Reserve and the status write."""
+    pending: set[int] = field(default_factory=set)
+    """Pod indices of ``held`` whose slot is not in the snapshot now: its node or GPUs are gone (a Node
+    deleted and created again, a device plugin restarting, GPUs unhealthy) and no bound pod took them.
+    Such a slot is still the gang's: it is placed again at each rebuild (a node change is one), and
+    only the job giving its admission back (or the TTL of a reservation not recorded yet) ends it."""
 
 
 _OURS = frozenset({GPUS_ANNOTATION, GPU_MILLI_ANNOTATION})
@@ -82,15 +87,27 @@ def _owner_and_index(demand: PodDemand) -> tuple[str, int]:
     return f"pod/{demand.uid or demand.key}", 0
 
 
+def _pod_name(meta: Any) -> str:
+    """``namespace/name`` of a pod's metadata (API JSON), for logs; whatever it holds."""
+    if not isinstance(meta, Mapping):
+        return "?"
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
 def _read_pod(obj: Mapping[str, Any]) -> PodDemand | None:
-    """The demand of a live pod (API JSON); None when finished or unreadable (logged)."""
+    """The demand of a live pod (API JSON); None when finished or unreadable (logged).
+
+    Never raises on the pod's content: one pod's bad annotation must not stop the ledger reading the
+    others (an exception here would stop the initial sync, and the extender with it). ValueError covers
+    DemandError, pydantic's ValidationError and any number a check let through that ``int()`` refuses.
+    """
     status = obj.get("status") or {}
     if isinstance(status, Mapping) and status.get("phase") in _TERMINAL_PHASES:
         return None
     meta = obj.get("metadata") or {}
     try:
         return pod_demand(Pod.model_validate(obj))
-    except (ValidationError, DemandError) as exc:
+    except (ValidationError, ValueError) as exc:
         error = exc
     # An unreadable annotation of ours (``"0-7"`` for indices) must not make a bound pod's GPUs look
     # free: its resource request is still counted, without the indices or share the annotation gave.
@@ -99,12 +116,12 @@ def _read_pod(obj: Mapping[str, Any]) -> PodDemand | None:
         plain = {**obj, "metadata": {**meta, "annotations": {k: v for k, v in notes.items() if k not in _OURS}}}
         try:
             demand = pod_demand(Pod.model_validate(plain))
-        except (ValidationError, DemandError):
+        except (ValidationError, ValueError):
             pass
         else:
-            log.warning("pod %s: %s; its GPU request is counted without that annotation", meta.get("name"), error)
+            log.warning("pod %s: %s; its GPU request is counted without that annotation", _pod_name(meta), error)
             return demand
-    log.warning("ignoring pod %s: %s", meta.get("name") if isinstance(meta, Mapping) else None, error)
+    log.warning("ignoring pod %s: %s", _pod_name(meta), error)
     return None
 
 

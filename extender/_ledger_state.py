@@ -10,6 +10,7 @@ plans it collides with are displaced. The verbs that decide on this state are
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -28,7 +29,7 @@ from kubegang.extender._holds import (
     _read_pod,
     _waits_for_a_node,
 )
-from kubegang.extender._nodes import node_info
+from kubegang.extender._nodes import keep_last_known, node_info, without_fabric_facts
 from kubegang.extender._pods import PodDemand
 from kubegang.extender._quarantine import consistent_nodes
 from kubegang.placement import (
@@ -87,6 +88,9 @@ class LedgerState:
         """Displacements found since ``take_intrusions`` last counted them (the intrusion metric)."""
         self._quarantined: dict[str, str] = {}
         """Node -> what was ignored and why, when its facts made the topology inconsistent."""
+        self._guessed: set[str] = set()
+        """Nodes whose unhealthy GPUs were chosen by the ledger (allocatable short of capacity, and the
+        GPUNode does not say which): chosen again at each rebuild, away from the GPUs pods hold."""
         self._topology: TopologyIndex = compile_index([], self._labels)
         self._mix = WorkloadMix()
         """The pod shapes this cluster runs (decayed), which single-pod scoring measures fragmentation
@@ -123,7 +127,7 @@ class LedgerState:
         if status is None:
             self._gpunodes.pop(name, None)
         else:
-            self._gpunodes[name] = status
+            self._gpunodes[name] = keep_last_known(status, self._gpunodes.get(name))
         self._refresh_node(name)
 
     def delete_gpunode(self, name: str) -> None:
@@ -138,6 +142,9 @@ class LedgerState:
         demand = _read_pod(obj)
         self._note_waiting(uid, demand, obj)
         held = _hold(demand) if demand is not None else None
+        holder = self._slot_holder(held) if held is not None else None
+        if held is not None and holder is not None:
+            held = self._outside_gang(held, holder)
         old = self._pods.get(uid)
         if held == old:
             return
@@ -150,6 +157,23 @@ class LedgerState:
             self._by_slot[(held.owner, held.index)] = uid
             if not self._dirty:
                 self._place_pod(held)
+
+    def _slot_holder(self, held: HeldPod) -> HeldPod | None:
+        """Another live pod holding the gang slot ``held`` claims (a copy of a gang pod: the same
+        job-uid and replica-index labels), or None."""
+        if held.owner.startswith("pod/"):
+            return None
+        uid = self._by_slot.get((held.owner, held.index))
+        return self._pods.get(uid) if uid is not None and uid != held.uid else None
+
+    @staticmethod
+    def _outside_gang(held: HeldPod, holder: HeldPod) -> HeldPod:
+        """``held`` held under its own key, as a pod outside gangs: the slot stays with ``holder``, so the
+        copy neither takes the original's slot nor, once deleted, frees it (then preemption would see
+        the gang without that pod and could evict half of it)."""
+        log.warning("pod %s claims pod %d of job %s, which pod %s holds; it holds its GPUs as a pod outside "
+                    "the gang", held.key, held.index, held.owner, holder.key)
+        return dataclasses.replace(held, owner=f"pod/{held.uid}", index=0)
 
     def _note_waiting(self, uid: str, demand: PodDemand | None, obj: Mapping[str, Any]) -> None:
         """Track ``uid`` in ``_waiting`` while it waits for a node (first sighting keeps its place)."""
@@ -175,18 +199,20 @@ class LedgerState:
         exist yet, so no GPU a gang is being created on is free after a restart, not even briefly.
         """
         self._nodes = {str(n["metadata"]["name"]): n for n in nodes}
-        self._gpunodes = dict(gpunodes)
-        self._infos = {}
+        self._gpunodes = {name: keep_last_known(status, self._gpunodes.get(name)) for name, status in gpunodes.items()}
+        self._infos, self._guessed = {}, set()
         for name in set(self._nodes):
             self._refresh_node(name, mark=False)
         self._pods, self._by_slot, self._waiting, self._adopted = {}, {}, {}, {}
+        born: dict[str, str] = {}
+        """Pod uid -> creationTimestamp, of the pods holding a gang slot: of two copies, the older keeps it."""
         for obj in pods:
-            demand = _read_pod(obj)
-            self._note_waiting(str((obj.get("metadata") or {}).get("uid", "")), demand, obj)
-            held = _hold(demand) if demand is not None else None
-            if held is not None:
-                self._pods[held.uid] = held
-                self._by_slot[(held.owner, held.index)] = held.uid
+            try:
+                self._load_pod(obj, born)
+            except Exception:
+                # One object must not keep the ledger from its first sync (and the extender unready).
+                meta = obj.get("metadata") or {}
+                log.exception("pod %s/%s: not read at sync", meta.get("namespace"), meta.get("name"))
         self._dirty = True
         for job in gpujobs:
             try:
@@ -195,6 +221,27 @@ class LedgerState:
                 # One object must not keep the ledger from its first sync (and the extender unready).
                 meta = job.get("metadata") or {}
                 log.exception("GPUJob %s/%s: not read at sync", meta.get("namespace"), meta.get("name"))
+
+    def _load_pod(self, obj: Mapping[str, Any], born: dict[str, str]) -> None:
+        """One pod of the initial list into the sources (no snapshot yet)."""
+        meta = obj.get("metadata") or {}
+        demand = _read_pod(obj)
+        self._note_waiting(str(meta.get("uid", "")), demand, obj)
+        held = _hold(demand) if demand is not None else None
+        if held is None:
+            return
+        created = str(meta.get("creationTimestamp") or "")
+        holder = self._slot_holder(held)
+        if holder is not None:
+            if (born.get(holder.uid, ""), holder.uid) <= (created, held.uid):
+                held = self._outside_gang(held, holder)
+            else:  # the list order is no age: the older copy keeps the slot, whichever came first
+                moved = self._outside_gang(holder, held)
+                self._pods[moved.uid] = moved
+                self._by_slot[(moved.owner, moved.index)] = moved.uid
+        self._pods[held.uid] = held
+        self._by_slot[(held.owner, held.index)] = held.uid
+        born[held.uid] = created
 
     def upsert_gpujob(self, obj: Mapping[str, Any]) -> None:
         """A GPUJob was added or changed: hold or stop holding its recorded placement.
@@ -319,7 +366,7 @@ class LedgerState:
                            "cpuMilli": h.cpu_milli, "memoryMiB": h.memory_mib}
                      for uid, h in sorted(self._pods.items())},
             "reservations": {job: {"expiresAt": None if r.durable else r.expires_at, "durable": r.durable,
-                                   "heldPods": sorted(r.held),
+                                   "heldPods": sorted(r.held), "pendingPods": sorted(r.pending),
                                    "placement": [{"pod": a.pod, "node": a.node, "gpus": list(a.gpus)}
                                                  for a in r.placement.assignments]}
                              for job, r in sorted(self._reservations.items())},
@@ -362,9 +409,33 @@ class LedgerState:
             self._rebuild()
         return self._snapshot
 
-    def _refresh_node(self, name: str, *, mark: bool = True) -> None:
+    def _node_info(self, name: str, gpunode: GPUNodeStatus | None) -> NodeInfo | None:
+        """``node_info`` of the Node ``name`` with ``gpunode``; records in ``_guessed`` whether the ledger
+        had to choose which GPUs are the unhealthy ones."""
         obj = self._nodes.get(name)
-        info = node_info(obj, self._gpunodes.get(name)) if obj is not None else None
+        guessed = False
+
+        def in_use() -> set[int]:
+            nonlocal guessed
+            guessed = True
+            return self._indices_in_use(name)
+
+        info = node_info(obj, gpunode, in_use) if obj is not None else None
+        if guessed:
+            self._guessed.add(name)
+        else:
+            self._guessed.discard(name)
+        return info
+
+    def _indices_in_use(self, node: str) -> set[int]:
+        """GPU indices that pods (bound or planned) and reservation slots are known to hold on ``node``."""
+        used = {g for h in self._pods.values() if h.node == node for g in h.gpu_indices}
+        for r in self._reservations.values():
+            used.update(g for a in r.placement.assignments if a.node == node and a.pod in r.held for g in a.gpus)
+        return used
+
+    def _refresh_node(self, name: str, *, mark: bool = True) -> None:
+        info = self._node_info(name, self._gpunodes.get(name))
         if info == self._infos.get(name):
             return
         if info is None:
@@ -405,8 +476,8 @@ class LedgerState:
         if not self._dirty:
             self._release_reserved(self._snapshot, job)
         del self._reservations[job]
-        if self._unplaced:
-            self._dirty = True  # GPUs were freed: pods that did not fit may fit now
+        if self._waits_for_room():
+            self._dirty = True  # GPUs were freed: pods and slots that did not fit may fit now
 
     def _forget_pod(self, old: HeldPod) -> None:
         del self._pods[old.uid]
@@ -414,14 +485,19 @@ class LedgerState:
             del self._by_slot[(old.owner, old.index)]
         if self._unplaced.pop(old.uid, None) is None and not self._dirty:
             self._snapshot.release(old.owner, old.index)
-        if self._unplaced:
-            self._dirty = True  # GPUs were freed: pods that did not fit may fit now
+        if self._waits_for_room():
+            self._dirty = True  # GPUs were freed: pods and slots that did not fit may fit now
+
+    def _waits_for_room(self) -> bool:
+        """Whether some pod or reservation slot is not in the snapshot for want of its GPUs."""
+        return bool(self._unplaced) or any(r.pending for r in self._reservations.values())
 
     def _place_pod(self, held: HeldPod) -> None:
         """Record a pod in the current snapshot; a conflict schedules a rebuild."""
         reservation = self._reservations.get(held.owner)
         if reservation is not None and held.index in reservation.held:
             reservation.held.discard(held.index)
+            reservation.pending.discard(held.index)
             self._snapshot.release(held.owner, held.index)
             if not reservation.held:
                 del self._reservations[held.owner]
@@ -452,13 +528,16 @@ class LedgerState:
         fit because reservations or unbound gang pods plan its node's GPUs *displaces* those plans
         (``_displace``), and the gang is told through ``repair``.
         """
+        for name in sorted(self._guessed):  # which GPUs are unhealthy was chosen away from the pods then
+            self._refresh_node(name, mark=False)
         self._topology = self._compile()
         snap = Snapshot(self._topology, workload=self._mix)
         self._unplaced = {}
         self._displaced_pods &= set(self._pods)
         exact = [h for h in self._pods.values() if h.gpu_indices and h.uid not in self._displaced_pods]
         guessed = [h for h in self._pods.values() if not h.gpu_indices]
-        for held in sorted(exact, key=lambda h: (h.bound is False, h.uid)):
+        # Bound pods first (kubelet runs them), and of two copies of one gang pod the one holding the slot.
+        for held in sorted(exact, key=lambda h: (h.bound is False, h.owner.startswith("pod/"), h.uid)):
             self._try_allocate(snap, held)
         for job, reservation in list(self._reservations.items()):
             reservation.held -= {i for (o, i), uid in self._by_slot.items()
@@ -483,25 +562,26 @@ class LedgerState:
         """Hold a reservation's slots in a rebuilt snapshot.
 
         A slot whose GPUs a bound pod holds is displaced by it (told to the operator through
-        ``repair``); any other failure (its node is gone, its GPUs vanished) loses the reservation.
+        ``repair``). A slot that fails otherwise (its node is gone, its GPUs vanished or are unhealthy:
+        a Node deleted and created again, a device plugin restarting) stays the gang's, *pending*: it is
+        placed again at the next rebuild, which the node's return causes. Losing it would free the
+        GPUs for good, the recorded admission being seen already (``upsert_gpujob``).
         """
-        placed: list[int] = []
+        was_pending, reservation.pending = reservation.pending, set()
         for a in reservation.placement.allocations(reservation.gang):
             if a.pod not in reservation.held:
                 continue
             try:
                 snap.allocate(a)
-                placed.append(a.pod)
                 continue
             except AllocationError as exc:
                 intruder = self._bound_intruder(a.node, job, a.gpus)
                 if intruder is None:
-                    log.error("reservation of job %s lost after a topology change: %s", job, exc)
-                    for index in placed:
-                        snap.release(job, index)
-                    del self._reservations[job]
-                    self._freed_quietly = True
-                    return
+                    reservation.pending.add(a.pod)
+                    if a.pod not in was_pending:
+                        log.warning("reservation of job %s: pod %d's slot on %s cannot be held now (%s); kept, "
+                                    "and held again once the node has its GPUs", job, a.pod, a.node, exc)
+                    continue
             reservation.held.discard(a.pod)
             self._record_displacement(job, a.pod, intruder, None)
         if not reservation.held:
@@ -534,15 +614,37 @@ class LedgerState:
         self._displaced[job][index] = Displacement(index, intruder.node, intruder.key)
 
     def _displace(self, snap: Snapshot, intruder: HeldPod) -> None:
-        """Make room for a bound pod that does not fit: drop the plans on its node (unclaimed reservation
-        slots, then unbound gang pods), fewest first, and remember each as displaced by it."""
+        """Make room for a bound pod that does not fit: drop the plans in its way (unclaimed reservation
+        slots, then unbound gang pods) and remember each as displaced by it.
+
+        In its way: on its node and, when its GPU indices are known, on one of them; a plan on other
+        GPUs of the node is left alone. Nothing is dropped when dropping every such plan would not make
+        it fit either (one of its GPUs is gone or unhealthy, another bound pod holds it)."""
+        placed = {(a.owner, a.pod): set(a.gpus) for a in snap.allocations() if a.node == intruder.node}
+        wanted = set(intruder.gpu_indices)
+
+        def in_the_way(owner: str, index: int) -> bool:
+            gpus = placed.get((owner, index))
+            return gpus is not None and (not wanted or bool(gpus & wanted))
+
         plans: list[tuple[str, int, HeldPod | None]] = []
         for job, reservation in self._reservations.items():
             plans += [(job, a.pod, None) for a in reservation.placement.assignments
-                      if a.pod in reservation.held and a.node == intruder.node and job != intruder.owner]
+                      if a.pod in reservation.held and a.pod not in reservation.pending and a.node == intruder.node
+                      and job != intruder.owner and in_the_way(job, a.pod)]
         plans += [(h.owner, h.index, h) for h in self._pods.values()
                   if h.node == intruder.node and not h.bound and h.owner != intruder.owner
-                  and h.uid not in self._unplaced and h.uid not in self._displaced_pods]
+                  and h.uid not in self._unplaced and h.uid not in self._displaced_pods
+                  and in_the_way(h.owner, h.index)]
+        with snap.what_if():
+            for job, index, _ in plans:
+                snap.release(job, index)
+            try:
+                self._allocate_pod(snap, intruder)
+            except AllocationError as exc:
+                log.warning("pod %s on %s does not fit even without the plans in its way (%s); none displaced",
+                            intruder.key, intruder.node, exc)
+                return
         for job, index, pod in plans:
             snap.release(job, index)
             if pod is None:
@@ -567,8 +669,9 @@ class LedgerState:
             log.error("topology is inconsistent (%s); degrading the nodes involved", exc)
 
         def without_gpunode(name: str) -> NodeInfo | None:
-            obj = self._nodes.get(name)
-            return node_info(obj) if obj is not None else None
+            # Only the facts that can clash are set aside: a quarantined node's unhealthy GPUs stay so.
+            status = self._gpunodes.get(name)
+            return self._node_info(name, without_fabric_facts(status) if status is not None else None)
 
         usable, self._quarantined = consistent_nodes(self._infos.values(), without_gpunode, self._labels)
         for name, reason in sorted(self._quarantined.items()):

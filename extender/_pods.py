@@ -8,6 +8,7 @@ it creates (see docs/extender.md, "Contract with the operator").
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -34,6 +35,17 @@ class DemandError(ValueError):
     """A pod whose kubegang fields cannot be read; the message names the field."""
 
 
+_NUMBER = re.compile(r"[0-9]{1,18}")
+"""A non-negative integer as the operator writes one: ASCII digits only. ``str.isdigit`` also takes
+``"²"`` and other Unicode digits, which ``int()`` refuses (a ValueError that is no DemandError), and
+``int()`` refuses numbers over 4,300 digits too: 18 digits is far above any index or share."""
+
+
+def _number(text: str) -> int | None:
+    """``text`` as a non-negative integer, or None when it is not ASCII digits (at most 18)."""
+    return int(text) if _NUMBER.fullmatch(text) else None
+
+
 def parse_gpu_indices(text: str) -> tuple[int, ...]:
     """``"0,1,3"`` -> ``(0, 1, 3)``; an empty string means none."""
     text = text.strip()
@@ -41,12 +53,13 @@ def parse_gpu_indices(text: str) -> tuple[int, ...]:
         return ()
     out: list[int] = []
     for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit():
+        index = _number(part.strip())
+        if index is None:
             raise DemandError(
-                f"annotation {GPUS_ANNOTATION}: expected comma-separated GPU indices, got {text!r}"
+                f"annotation {GPUS_ANNOTATION}: expected comma-separated GPU indices (ASCII digits, e.g. 0,1,2,3), "
+                f"got {text!r}"
             )
-        out.append(int(part))
+        out.append(index)
     if len(set(out)) != len(out):
         raise DemandError(f"annotation {GPUS_ANNOTATION}: repeated GPU index in {text!r}")
     return tuple(out)
@@ -112,14 +125,16 @@ def _gpu_milli(text: str, gpus: int, pinned: str | None, pinned_gpus: tuple[int,
     text = text.strip()
     if not text:
         return 0
-    if not text.isdigit() or not 0 < int(text) < MILLI:
-        raise DemandError(f"annotation {GPU_MILLI_ANNOTATION}: expected thousandths of one GPU (1..999), got {text!r}")
+    milli = _number(text)
+    if milli is None or not 0 < milli < MILLI:
+        raise DemandError(f"annotation {GPU_MILLI_ANNOTATION}: expected thousandths of one GPU (1..999 in ASCII "
+                          f"digits), got {text!r}")
     if gpus or pinned is None or len(pinned_gpus) != 1:
         raise DemandError(
             f"annotation {GPU_MILLI_ANNOTATION}: a GPU share needs annotations {NODE_ANNOTATION} and one index in "
             f"{GPUS_ANNOTATION}, and no {GPU_RESOURCE} request (got {gpus} GPUs, indices {list(pinned_gpus)})"
         )
-    return int(text)
+    return milli
 
 
 def pod_demand(pod: Pod) -> PodDemand:
@@ -134,8 +149,10 @@ def pod_demand(pod: Pod) -> PodDemand:
         raise DemandError(str(exc)) from None
     pinned = meta.annotations.get(NODE_ANNOTATION, "").strip() or None
     index_text = meta.labels.get(POD_INDEX_LABEL, "").strip()
-    if index_text and not index_text.isdigit():
-        raise DemandError(f"label {POD_INDEX_LABEL}: expected a pod index (0, 1, ...), got {index_text!r}")
+    pod_index = _number(index_text) if index_text else None
+    if index_text and pod_index is None:
+        raise DemandError(f"label {POD_INDEX_LABEL}: expected a pod index (0, 1, ... in ASCII digits), "
+                          f"got {index_text!r}")
     tolerations = []
     for i, t in enumerate(spec.tolerations):
         try:
@@ -155,7 +172,7 @@ def pod_demand(pod: Pod) -> PodDemand:
         job_uid=meta.labels.get(JOB_UID_LABEL) or None,
         node_selector=dict(spec.node_selector),
         node_name=spec.node_name,
-        pod_index=int(index_text) if index_text else None,
+        pod_index=pod_index,
         tolerations=tuple(tolerations),
         cpu_milli=requests.cpu_milli,
         memory_mib=requests.memory_mib,

@@ -6,7 +6,8 @@ come from agents (GPUNode) and admins (labels), so one bad agent or one mislabel
 stop every other pod from being placed. This finds the nodes involved and degrades each one only
 as far as needed, in a fixed order (so rebuilding from the same sources gives the same ledger):
 
-1. without its GPUNode data (the Node alone: GPU count, product label, no NVLink domain, no UUIDs);
+1. without the GPUNode facts that can clash: its NVLink domain and GPU UUIDs (what else the GPUNode
+   says stays, GPU health above all: a quarantined node's unhealthy GPUs must not turn healthy);
 2. also without its fabric labels (the node becomes its own NVLink domain, leaf, spine, block);
 3. left out of placement altogether.
 
@@ -61,7 +62,9 @@ def consistent_nodes(
     without_gpunode: Callable[[str], NodeInfo | None],
     labels: TopologyLabels,
 ) -> tuple[list[NodeInfo], dict[str, str]]:
-    """The nodes to place on (degraded where needed) and, per degraded node, what was done and why."""
+    """The nodes to place on (degraded where needed) and, per degraded node, what was done and why.
+
+    ``without_gpunode`` gives a node's view without its GPUNode's NVLink domain and GPU UUIDs (step 1)."""
     ordered = sorted(infos, key=lambda n: n.name)
     reasons: dict[str, str] = {}
     duplicated = duplicate_gpus(ordered)
@@ -74,8 +77,9 @@ def consistent_nodes(
         if why is None:
             tries.append((info, ""))
         if plain is not None:
-            tries.append((plain, "GPUNode data ignored"))
-            tries.append((_without_fabric_labels(plain, labels), "GPUNode data and fabric labels ignored"))
+            tries.append((plain, "GPUNode NVLink domain and GPU UUIDs ignored"))
+            tries.append((_without_fabric_labels(plain, labels),
+                          "GPUNode NVLink domain and GPU UUIDs, and fabric labels, ignored"))
         for candidate, action in tries:
             chain = domain_chain(candidate, labels)
             conflict = _conflict(chain, parent_of)

@@ -97,7 +97,12 @@ class PlacementVerbs(LedgerState):
         """
         snap = self._current()
         lost = self._displaced.get(gang.id, {})
-        kept = {a.pod: a for a in snap.allocations_of(gang.id) if a.pod not in lost}
+        kept: dict[int, Allocation | PodAssignment] = {
+            a.pod: a for a in snap.allocations_of(gang.id) if a.pod not in lost}
+        reservation = self._reservations.get(gang.id)
+        pending = set(reservation.pending) if reservation is not None else set()
+        if reservation is not None:  # a slot whose node is away for now keeps its place in the answer
+            kept.update({a.pod: a for a in reservation.placement.assignments if a.pod in pending})
         if not lost:
             return RepairOutcome(result=self._gang_placement(gang, kept))
         missing = sorted(lost)
@@ -106,11 +111,11 @@ class PlacementVerbs(LedgerState):
         if isinstance(found, Unplaceable):
             return RepairOutcome(result=found, displaced=tuple(lost[i] for i in missing))
         moved = {index: dataclasses.replace(a, pod=index) for index, a in zip(missing, found.assignments, strict=True)}
-        reservation = self._reservations.get(gang.id)
         held = (reservation.held if reservation is not None else set()) | set(missing)
         placement = self._gang_placement(gang, {**kept, **moved})
         snap.allocate_all([a for a in placement.allocations(gang) if a.pod in moved])
-        self._reservations[gang.id] = Reservation(gang, placement, self._clock() + ttl_seconds, held)
+        self._reservations[gang.id] = Reservation(gang, placement, self._clock() + ttl_seconds, held,
+                                                  pending=pending)
         del self._displaced[gang.id]
         return RepairOutcome(result=placement, displaced=tuple(lost[i] for i in missing))
 
@@ -154,7 +159,7 @@ class PlacementVerbs(LedgerState):
         if reservation is None:
             return 0
         freed = sum(len(a.gpus) for a in reservation.placement.assignments
-                    if a.pod in reservation.held and a.gpu_milli == MILLI)
+                    if a.pod in reservation.held and a.pod not in reservation.pending and a.gpu_milli == MILLI)
         self._drop_reservation(job_uid)
         return freed
 

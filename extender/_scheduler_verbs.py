@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from kubegang.extender._authority import FilterVerdict
 from kubegang.extender._holds import _owner_and_index
 from kubegang.extender._ledger_state import LedgerState
-from kubegang.extender._pods import NODE_ANNOTATION, PodDemand
+from kubegang.extender._pods import JOB_UID_LABEL, NODE_ANNOTATION, POD_INDEX_LABEL, PodDemand
 from kubegang.extender._wire import MAX_EXTENDER_PRIORITY
 from kubegang.placement import (
     MILLI,
@@ -133,7 +133,7 @@ class SchedulerVerbs(LedgerState):
         reserved: dict[str, int] = {}
         for reservation in self._reservations.values():
             for a in reservation.placement.assignments:
-                if a.pod in reservation.held and a.node in failed:
+                if a.pod in reservation.held and a.pod not in reservation.pending and a.node in failed:
                     reserved[a.node] = reserved.get(a.node, 0) + len(a.gpus)
         for node, count in reserved.items():
             failed[node] += f" ({count} reserved for gangs whose pods are not created yet)"
@@ -156,6 +156,10 @@ class SchedulerVerbs(LedgerState):
     def _pinned_reason(self, snap: Snapshot, pod: PodDemand) -> str | None:
         """None when the pinned node holds this pod's GPUs (reserved or free now)."""
         owner, index = _owner_and_index(pod)
+        holder = self._pods.get(self._by_slot.get((owner, index), ""))
+        if pod.uid and holder is not None and holder.uid != pod.uid:
+            return (f"pod {index} of job {owner} is {holder.key}; this pod carries the same labels "
+                    f"{JOB_UID_LABEL} and {POD_INDEX_LABEL} (a copy)")
         for a in snap.allocations_of(owner):
             if a.pod == index:
                 if a.node == pod.pinned_node:

@@ -21,6 +21,9 @@ from kubegang.api._resource import KindInfo, PrinterColumn, Resource
 
 GPU_NODE_CONDITIONS = ("Ready", "GPUHealthy", "NVLinkFabric")
 """Condition types the agent writes."""
+REASON_NVML_UNAVAILABLE = "NVMLUnavailable"
+"""The Ready condition's reason when the agent could not use NVML: its status then lists no GPUs, which
+means "unknown", not "none" (the extender keeps the health it last read)."""
 
 
 class GpuHealth(ApiModel):
@@ -166,3 +169,8 @@ class GPUNode(Resource):
     """Always GPUNode."""
     status: GPUNodeStatus | None = None
     """Written by the agent on the node of the same name."""
+
+
+def nvml_unavailable(status: GPUNodeStatus) -> bool:
+    """True when the status was built without NVML (``Ready=False``, reason ``NVMLUnavailable``)."""
+    return any(c.type == "Ready" and c.reason == REASON_NVML_UNAVAILABLE for c in status.conditions)

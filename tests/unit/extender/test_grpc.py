@@ -23,7 +23,8 @@ from kubegang.tls import PemPaths
 
 
 class FakePlacement:
-    """Places gangs of up to 4 pods on nodes n0..n3 (GPUs 0..k-1); bigger ones do not fit."""
+    """Places gangs of up to 4 pods of up to 8 GPUs on nodes n0..n3 (GPUs 0..k-1); bigger ones do not fit
+    (as on real nodes: a fuzzed gang of a million GPUs a pod answered with an over-4-MiB placement)."""
 
     def __init__(self) -> None:
         self.reserved: dict[str, Placement] = {}
@@ -35,6 +36,9 @@ class FakePlacement:
         if gang.pods > 4:
             return Unplaceable(gang_id=gang.id, reason=f"needs {gang.pods} nodes; 4 exist",
                                level=Level.CLUSTER, best_domain="leaf-a", best_pods=4)
+        if gang.gpus_per_pod > 8:
+            return Unplaceable(gang_id=gang.id, reason=f"needs {gang.gpus_per_pod} GPUs a pod; nodes have 8",
+                               level=Level.CLUSTER)
         return Placement(
             gang_id=gang.id,
             assignments=tuple(PodAssignment(pod=i, node=f"n{i}", gpus=tuple(range(gang.gpus_per_pod)))

@@ -458,7 +458,7 @@ def test_after_a_restart_an_admitted_jobs_recorded_placement_holds_the_gpus_of_i
     third = ({"n0", "n1", "n2"} - {a0.node, a1.node}).pop()
     assert ledger.filter(demand(8), ["n0", "n1", "n2"]).passed == [third]   # no grace: only pod 1's GPUs held
     assert ledger.snapshot()["reservations"]["job-1"] == {
-        "expiresAt": None, "durable": True, "heldPods": [1],
+        "expiresAt": None, "durable": True, "heldPods": [1], "pendingPods": [],
         "placement": [{"pod": a.pod, "node": a.node, "gpus": list(a.gpus)} for a in (a0, a1)]}
     assert ledger.expire(now=1e12) == []                                    # durable: no TTL
     again = ledger.reserve(GangRequest(id="job-1", pods=2, gpus_per_pod=8), None, 60)

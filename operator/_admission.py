@@ -73,6 +73,9 @@ preferred when the gang is placed again, and a new admission overwrites it."""
 
 Clock = Callable[[], dt.datetime]
 
+HELD_BACK_REASONS = frozenset({WaitReason.WAITING_FOR_PODS, WaitReason.PREVIOUS_PODS_TERMINATING})
+"""Reasons of jobs the cycle was not offered (``ClusterCache.held_back``): once it is, they are out of date."""
+
 MESSAGE_REFRESH_SECONDS = 30.0
 """A waiting job's message (numbers of free GPUs, quota left) is rewritten at most this often while
 its phase and reason stay the same: fresh enough for a human, not a write per cycle per job."""
@@ -143,6 +146,9 @@ class Admission:
         """UID → (phase, reason, monotonic time) of the last waiting status written."""
         self._reserving: set[str] = set()
         """UIDs of jobs holding a backfill reservation (announced once, by an Event)."""
+        self._held_back: dict[str, tuple[str, tuple[str, ...]]] = {}
+        """UID -> (reason, subject) of each job reported held back last cycle (``_report_held_back``):
+        its Event is recorded once per wait, not on every refreshed message."""
         self.sources = SourceBridge(cache, kube)
         """RayClusters and pod groups, represented by GPUJobs with ``spec.podSource`` (``_sources``)."""
         self._changed = cache.changes()
@@ -231,6 +237,7 @@ class Admission:
         await self.release_deleted()
         self._count_holding()
         pending = self.cache.pending()
+        self._report_held_back()
         self._export_queue_gauges(pending)
         entries = await run_async(
             self.cycle.schedule(pending, holds_pods=lambda uid: bool(self.cache.pods.get(uid))), self._answer
@@ -282,8 +289,11 @@ class Admission:
         if entry.result is AdmitResult.ADMITTED and entry.placement is not None:
             self._reserving.discard(job.uid)
             return dataclasses.replace(outcome, message=_admitted_message(job, entry.placement))
-        if reason is WaitReason.WAITING_IN_QUEUE and job.phase is not Phase.PENDING:
-            return outcome  # not tried this cycle: it keeps the more specific reason it has
+        if reason is WaitReason.WAITING_IN_QUEUE and job.phase is not Phase.PENDING \
+                and job.status.get("reason") not in HELD_BACK_REASONS:
+            # Not tried this cycle: it keeps the more specific reason it has, unless that reason was why
+            # it was not offered to the cycle at all (its pods exist, or are gone, now).
+            return outcome
         if entry.reservation and job.uid not in self._reserving:
             self._reserving.add(job.uid)
             self.notify(job, "BackfillReservation", f"reserved {len(entry.reservation)} nodes "
@@ -498,6 +508,27 @@ class Admission:
         self.cache.assume(job, patch)
         self._waiting_written[job.uid] = (phase.value, reason, time.monotonic())
         self.writer.later(job, patch)
+
+    def _report_held_back(self) -> None:
+        """Say why the waiting jobs the cycle is not offered yet wait (``ClusterCache.held_back``: a pod
+        group missing pods, a gang whose earlier pods are stuck terminating): a Queued condition written
+        as any waiting reason is (once, again when it changes, a new message at most every
+        ``MESSAGE_REFRESH_SECONDS``), and an Event once per wait (Warning for stuck pods: someone must
+        act; Normal for a group whose controller has not made its pods yet)."""
+        reported: dict[str, tuple[str, tuple[str, ...]]] = {}
+        for held in self.cache.held_back(self.clock()):
+            job = held.job
+            key = (held.reason.value, held.subject)
+            reported[job.uid] = key
+            try:
+                self._mark_waiting(job, Phase.QUEUED, held.reason, held.message)
+            except Exception:
+                log.exception("could not record why %s waits", job.key)
+                continue
+            if self._held_back.get(job.uid) != key:
+                self.notify(job, held.reason, held.message,
+                            warning=held.reason is WaitReason.PREVIOUS_PODS_TERMINATING)
+        self._held_back = reported
 
     def _export_queue_gauges(self, pending: Sequence[JobView]) -> None:
         # Existing queues only: the jobs of a deleted queue still wait, but its series goes with it.

@@ -12,13 +12,13 @@ import asyncio
 import dataclasses
 import datetime as dt
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kubegang.admission import WaitReason
-from kubegang.api import QUEUE_LABEL, PodSourceKind, scheduling_group_name, selected_source
+from kubegang.api import GROUP_SIZE_LABEL, QUEUE_LABEL, PodSourceKind, scheduling_group_name, selected_source
 from kubegang.operator._changes import ChangedJobs
-from kubegang.operator._conditions import FINISHED_PHASES, Phase
+from kubegang.operator._conditions import FINISHED_PHASES, CondType, Phase, parse_rfc3339
 from kubegang.operator._job import JobSpecError, JobView, job_view
 from kubegang.operator._lifecycle import PodState, pod_state
 from kubegang.podcontract import JOB_UID_LABEL
@@ -104,6 +104,31 @@ HOLDING_PHASES = frozenset({Phase.ADMITTED, Phase.RUNNING})
 WAITING_PHASES = frozenset({Phase.PENDING, Phase.QUEUED, Phase.UNSCHEDULABLE})
 LISTED_PRIORITY_CLASSES = 8
 """A missing PriorityClass's report lists the existing ones up to this many (else it says how many)."""
+TERMINATING_OVERDUE_SECONDS = 30.0
+"""A pod of an earlier attempt still there this long after its ``deletionTimestamp`` (the end of its
+grace period) is reported as what its gang waits for (``held_back``): within that, it is the normal
+end of a requeue, and the requeue's own reason (which worker failed) stays the one the job shows."""
+FORMING_REPORT_SECONDS = 30.0
+"""A pod group whose job has waited this long (since it was created, or since its Queued condition last
+turned True) with pods still missing is reported as waiting for them (``held_back``): a controller that
+makes its pods within seconds costs no status write."""
+NAMED_PODS = 3
+"""A report names up to this many pods (and counts the rest)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldBack:
+    """A job that would wait for admission but is not offered to the cycle yet (``pending`` leaves it
+    out), and what its Queued condition should say."""
+
+    job: JobView
+    """The job, with assumptions applied."""
+    reason: WaitReason
+    """``WAITING_FOR_PODS`` (an incomplete pod group) or ``PREVIOUS_PODS_TERMINATING``."""
+    message: str
+    """Names the pods, the group and the label or field its size comes from."""
+    subject: tuple[str, ...] = ()
+    """What the wait is for (the pods waited for to terminate): a new subject is a new Event."""
 
 
 @dataclasses.dataclass
@@ -143,6 +168,9 @@ class ClusterCache:
     _entered: Iterator[int] = dataclasses.field(default_factory=itertools.count, repr=False)
     _waiting: set[str] = dataclasses.field(default_factory=set, repr=False)
     """UIDs that waited for admission when last evaluated (``pending``)."""
+    _lingering: set[str] = dataclasses.field(default_factory=set, repr=False)
+    """UIDs that would wait for admission when last evaluated (``pending``) but still have pods (of an
+    earlier attempt, being deleted): ``held_back`` says so once one is overdue."""
     _unsure: set[str] = dataclasses.field(default_factory=set, repr=False)
     """UIDs changed since ``pending`` last evaluated them."""
     queues_changed: bool = True
@@ -480,23 +508,63 @@ class ClusterCache:
         job's own."""
         for uid in self._unsure:
             view = self.job(uid)
-            if view is not None and view.phase in WAITING_PHASES and not view.spec.suspend and not self.pods.get(uid) \
-                    and uid not in self.invalid_jobs and uid not in self._missing_class:
-                # An unreadable job kept for its admission waits once it gives it back (a requeue not
-                # echoed yet): it must not be admitted again as its old spec.
-                self._waiting.add(uid)
-            else:
-                self._waiting.discard(uid)
+            # An unreadable job kept for its admission waits once it gives it back (a requeue not echoed
+            # yet): it must not be admitted again as its old spec.
+            waits = view is not None and view.phase in WAITING_PHASES and not view.spec.suspend \
+                and uid not in self.invalid_jobs and uid not in self._missing_class
+            has_pods = bool(self.pods.get(uid))
+            for group, member in ((self._waiting, waits and not has_pods), (self._lingering, waits and has_pods)):
+                if member:
+                    group.add(uid)
+                else:
+                    group.discard(uid)
         self._unsure.clear()
         return [job for job in self.jobs_among(self._waiting) if self.source_complete(job)]
 
     def source_complete(self, job: JobView) -> bool:
         """Whether a pod group's job has all of its pods (always true for every other job)."""
+        return self._missing_source_pods(job) <= 0
+
+    def _missing_source_pods(self, job: JobView) -> int:
+        """How many pods a pod group's job still lacks (0 for every other job)."""
         source = job.spec.pod_source
         if source is None or source.kind not in GANG_KINDS:
-            return True
+            return 0
         pods = self.source_pods.get((job.namespace, source.kind, source.name), {})
-        return sum(1 for p in pods.values() if live_pod(p)) >= job.replicas
+        return job.replicas - sum(1 for p in pods.values() if live_pod(p))
+
+    def held_back(self, now: dt.datetime) -> list[HeldBack]:
+        """The waiting jobs ``pending`` leaves out for a while now, with what their Queued condition
+        should say (the leader writes it: ``Admission``), so that their owner can tell why they wait:
+
+        - a pod group that has waited ``FORMING_REPORT_SECONDS`` with pods still missing (its label
+          ``kubegang.io/group-size``, or its PodGroup's ``minCount``, asks for more than exist);
+        - a gang whose earlier attempt's pods are still there ``TERMINATING_OVERDUE_SECONDS`` past their
+          grace period (a finalizer holds them, or their node does not confirm they stopped).
+
+        A job found Unschedulable is left out: that report stands (it can never fit as is), and the cycle,
+        which does not try it again until its spec or the queues change, would not replace this one.
+        Up to date as of the last ``pending`` call (the leader calls it first)."""
+        out: list[HeldBack] = []
+        for job in self.jobs_among(self._lingering):
+            if job.phase is Phase.UNSCHEDULABLE:
+                continue
+            overdue = sorted((p for p in self.pods_of(job.uid) if p.deleting and p.deletion_deadline is not None
+                              and (now - p.deletion_deadline).total_seconds() >= TERMINATING_OVERDUE_SECONDS),
+                             key=lambda p: p.name)
+            if overdue:
+                out.append(HeldBack(job, WaitReason.PREVIOUS_PODS_TERMINATING, _terminating(job.namespace, overdue),
+                                    tuple(p.name for p in overdue)))
+        for job in self.jobs_among(self._waiting & self.sourced):
+            missing = self._missing_source_pods(job)
+            if missing <= 0 or job.phase is Phase.UNSCHEDULABLE:
+                continue
+            # The grace delays the first report only: once written, the report goes on (its own write
+            # turned the Queued condition True, which the grace would otherwise count from).
+            if job.status.get("reason") == WaitReason.WAITING_FOR_PODS or \
+                    (now - _waiting_since(job)).total_seconds() >= FORMING_REPORT_SECONDS:
+                out.append(HeldBack(job, WaitReason.WAITING_FOR_PODS, _forming(job, missing)))
+        return out
 
     def holding(self) -> list[JobView]:
         """Jobs that hold quota and a placement (Admitted or Running)."""
@@ -557,3 +625,57 @@ class ClusterCache:
             listed = f"{len(known)} exist: kubectl get priorityclasses"
         return (f"spec.priorityClassName: no PriorityClass named {name!r} ({listed}); the job waits until it "
                 "is created or the field is changed, since the API server refuses pods that name it")
+
+
+def _waiting_since(job: JobView) -> dt.datetime:
+    """Since when ``job`` has waited as it does now: the last time its Queued condition turned True
+    (a requeue), else its creation."""
+    for cond in job.status.get("conditions") or ():
+        if isinstance(cond, Mapping) and cond.get("type") == CondType.QUEUED.value and cond.get("status") == "True":
+            try:
+                return parse_rfc3339(str(cond.get("lastTransitionTime")))
+            except ValueError:
+                break
+    return job.created
+
+
+def _named(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:NAMED_PODS])
+    return shown if len(names) <= NAMED_PODS else f"{shown} and {len(names) - NAMED_PODS} more"
+
+
+def _terminating(namespace: str, pods: Sequence[PodState]) -> str:
+    """Why a gang waits for pods of an earlier attempt: each named (up to ``NAMED_PODS``), with what
+    holds it, and what ends the wait."""
+    def why(pod: PodState) -> str:
+        if pod.finalizers:
+            return f"finalizer {', '.join(pod.finalizers)} keeps it (its controller has not removed it)"
+        if pod.bound_node:
+            return f"node {pod.bound_node} has not confirmed that it stopped (the node is down, unreachable or gone)"
+        return "the API server has not removed it"
+
+    names = [p.name for p in pods]
+    one = len(pods) == 1
+    deadline = min(p.deletion_deadline for p in pods if p.deletion_deadline is not None)
+    causes = why(pods[0]) if one else "; ".join(f"{p.name}: {why(p)}" for p in pods[:NAMED_PODS])
+    unconfirmed = [p.name for p in pods if not p.finalizers and p.bound_node]
+    hint = (f"; once the node is gone for good, `kubectl delete pod -n {namespace} --force {unconfirmed[0]}` "
+            "removes it") if unconfirmed else ""
+    return (f"waiting for {'pod' if one else 'pods'} {_named(names)} of the previous attempt to finish "
+            f"terminating: {'its' if one else 'their'} grace period ended at "
+            f"{deadline.astimezone(dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}, but {causes}{hint}; the gang is "
+            f"placed again once {'it is' if one else 'they are'} gone")
+
+
+def _forming(job: JobView, missing: int) -> str:
+    """Why a pod group's job waits for its pods: how many, of which group, and where its size is read."""
+    source = job.spec.pod_source
+    assert source is not None
+    if source.kind is PodSourceKind.SCHEDULING_GROUP:
+        group, size = f"PodGroup {source.name}", f"its spec.schedulingPolicy.gang.minCount is {job.replicas}"
+    else:
+        group, size = f"pod group {source.name}", f"label {GROUP_SIZE_LABEL}={job.replicas}"
+    exist = job.replicas - missing
+    return (f"waiting for {missing} more {'pod' if missing == 1 else 'pods'} of {group} ({size}; "
+            f"{exist} {'exists' if exist == 1 else 'exist'}, not counting finished or terminating ones): "
+            f"it is admitted once all {job.replicas} exist")

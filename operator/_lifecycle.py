@@ -8,17 +8,22 @@ Rules, in the order they are checked:
 
 1. ``suspend`` on a job that holds anything: release everything (Suspended).
 2. A finished job past ``ttlSecondsAfterFinished``: delete it.
-3. Any pod of the current attempt Failed (or gone after the gang ran): restart the whole gang, or
+3. The gang's shape was edited while it holds an admission (``spec.replicas``, or the GPUs per replica
+   through ``gpusPerReplica``, ``gpuFraction`` or the template's limit, differ from the admitted ones:
+   ``status.placement`` has one slot per admitted replica, ``status.totalGPUs`` the admitted GPUs):
+   requeue the whole gang at its new size (``Resized``). Not a restart, so ``restartLimit`` is not
+   spent; without this rule a gang grown by an edit read its new replicas as pods that disappeared.
+4. Any pod of the current attempt Failed (or gone after the gang ran): restart the whole gang, or
    fail the job once ``restartLimit`` restarts are spent.
-4. Every replica Succeeded: the job Succeeded.
-5. Not every pod started within ``gangTimeoutSeconds`` of creation (``podsCreatedAt``, else
+5. Every replica Succeeded: the job Succeeded.
+6. Not every pod started within ``gangTimeoutSeconds`` of creation (``podsCreatedAt``, else
    ``admittedAt``): delete the gang and requeue it with the nodes that did not bind or start it
    excluded. Started means bound and past Pending (Running, or already finished), as Kueue's
    ``waitForPodsReady`` counts: a pod a kubelet never starts holds its GPUs as surely as one
    kube-scheduler never binds, and the rest of the gang cannot run without it.
-6. A Running gang past ``timeLimitSeconds`` since ``startedAt``: delete its pods, the job Failed
+7. A Running gang past ``timeLimitSeconds`` since ``startedAt``: delete its pods, the job Failed
    (``TimeLimitExceeded``, Slurm's TIMEOUT; no restart: it would only run out of time again).
-7. Otherwise report progress (ready replicas, Running once all run).
+8. Otherwise report progress (ready replicas, Running once all run).
 """
 
 from __future__ import annotations
@@ -29,8 +34,10 @@ import enum
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kubegang.admission import WaitReason
 from kubegang.operator._conditions import FINISHED_PHASES, Phase, parse_rfc3339
 from kubegang.operator._job import JobView
+from kubegang.placement import MILLI
 from kubegang.podcontract import ATTEMPT_LABEL, NODE_ANNOTATION, POD_INDEX_LABEL
 
 
@@ -58,6 +65,11 @@ class PodState:
     """status.reason or the container's terminated reason (OOMKilled, Evicted, ...)."""
     deleting: bool = False
     """metadata.deletionTimestamp is set."""
+    deletion_deadline: dt.datetime | None = None
+    """metadata.deletionTimestamp: when its grace period ends (the API server sets it to the time of the
+    delete plus the grace period); None when not being deleted, or unreadable."""
+    finalizers: tuple[str, ...] = ()
+    """metadata.finalizers: what must let go before the API server removes it once deleted."""
 
 
 def pod_state(body: Mapping[str, Any]) -> PodState:
@@ -75,6 +87,7 @@ def pod_state(body: Mapping[str, Any]) -> PodState:
             exit_code = code
             failure_reason = failure_reason or terminated.get("reason")
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    finalizers = meta.get("finalizers")
     return PodState(
         name=str(meta.get("name", "")),
         index=_int_or(labels.get(POD_INDEX_LABEL), -1),
@@ -86,6 +99,8 @@ def pod_state(body: Mapping[str, Any]) -> PodState:
         exit_code=exit_code,
         failure_reason=failure_reason,
         deleting=meta.get("deletionTimestamp") is not None,
+        deletion_deadline=_timestamp(meta, "deletionTimestamp"),
+        finalizers=tuple(str(f) for f in finalizers if f) if isinstance(finalizers, list) else (),
     )
 
 
@@ -108,6 +123,7 @@ class Action(enum.StrEnum):
     SUSPEND = "Suspend"
     EXPIRE = "Expire"
     RESUME = "Resume"
+    RESIZE = "Resize"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +169,34 @@ def _describe_failure(pod: PodState) -> str:
     return f"worker {pod.index} failed ({detail})"
 
 
+def _gpus(milli: int) -> str:
+    """GPUs per replica as a person writes them (8, 0.25)."""
+    return str(milli // MILLI) if milli % MILLI == 0 else f"{milli / MILLI:g}"
+
+
+def resized(job: JobView) -> str | None:
+    """What of the gang's shape differs from its admission (a sentence), or None when nothing does or the
+    admitted shape is not recorded (``status.placement``: one slot per admitted replica; ``totalGPUs``)."""
+    placement = job.placement
+    if placement is None or not placement.pods:
+        return None
+    admitted = len(placement.pods)
+    changes = []
+    if admitted != job.replicas:
+        changes.append(f"spec.replicas changed {admitted} -> {job.replicas}")
+    total = job.status.get("totalGPUs")
+    if isinstance(total, int | float) and not isinstance(total, bool):
+        was = round(total * MILLI / admitted)
+        now = job.spec.gpu_milli_per_replica()
+        if was != now:
+            spec = job.spec
+            field = ("spec.gpuFraction" if spec.gpu_fraction is not None else
+                     "spec.gpusPerReplica" if spec.gpus_per_replica is not None else
+                     "the template's nvidia.com/gpu limit")
+            changes.append(f"GPUs per replica ({field}) changed {_gpus(was)} -> {_gpus(now)}")
+    return " and ".join(changes) or None
+
+
 def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision:
     """The one thing to do for ``job`` given its ``pods`` at ``now`` (see the module docstring)."""
     phase = job.phase
@@ -186,6 +230,16 @@ def decide(job: JobView, pods: Sequence[PodState], now: dt.datetime) -> Decision
 
     if not holds:
         return Decision(Action.NONE, stale_pods=stale)
+
+    change = resized(job)
+    if change is not None:
+        return Decision(
+            Action.RESIZE,
+            WaitReason.RESIZED,
+            f"{change} while {phase.value}: the whole gang is requeued at its new size "
+            "(not counted as a restart)",
+            stale_pods=stale,
+        )
 
     # podsCreatedAt is written lazily (with the gang's next status write); a leader that never saw it
     # counts from admittedAt, which is earlier: the timeout can only come sooner, never be skipped.

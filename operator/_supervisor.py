@@ -244,7 +244,7 @@ class Supervisor:
             await self._finish(job, Phase.SUCCEEDED, decision)
         elif action is Action.FAIL:
             await self._finish(job, Phase.FAILED, decision)
-        elif action in (Action.RESTART, Action.TIMEOUT):
+        elif action in (Action.RESTART, Action.TIMEOUT, Action.RESIZE):
             await self._requeue(job, decision)
         elif action is Action.SUSPEND:
             await self.admission.teardown(job)
@@ -322,15 +322,19 @@ class Supervisor:
         self.admission.notify(job, decision.reason, decision.message, warning=phase is Phase.FAILED)
 
     async def _requeue(self, job: JobView, decision: Decision) -> None:
+        """Send the whole gang back to its queue: a restart (counted against ``restartLimit``), a timeout
+        or displacement (its nodes excluded), or a resize (neither: the user's edit, not a failure)."""
         await self.admission.teardown(job)
+        extra: dict[str, Any] = {}
         if decision.action is Action.RESTART:
             extra = status_fields(GPUJobStatus(restarts=job.restarts + 1))
-        else:
+        elif decision.action is Action.TIMEOUT:
             extra = status_fields(GPUJobStatus(excluded_nodes=sorted(job.excluded_nodes | decision.excluded_nodes)))
         patch = requeue_patch(job, decision.reason, decision.message, self.admission.clock(), extra=extra)
         await self._write(job, patch)
         self.admission.notify(job, decision.reason, decision.message, warning=True)
-        metrics.GANG_RESTARTS.labels(decision.reason).inc()
+        if decision.action is not Action.RESIZE:
+            metrics.GANG_RESTARTS.labels(decision.reason).inc()
 
     async def _write(self, job: JobView, patch: dict[str, Any]) -> None:
         self.cache.assume(job, patch)

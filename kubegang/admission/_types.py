@@ -119,6 +119,17 @@ class WaitReason(enum.StrEnum):
     is not admitted (nor preempts) until the class is created or the field is changed."""
     ADMISSION_ERROR = "AdmissionError"
     """Handling this job failed (a bug, a refused write); it is retried with backoff, others go on."""
+    WAITING_FOR_PODS = "WaitingForPods"
+    """A pod group's (labelled or native PodGroup) controller has not made every pod of the gang yet: it is
+    admitted once all of them exist. The message names the group, the label or field its size is read
+    from, and how many pods are missing."""
+    PREVIOUS_PODS_TERMINATING = "PreviousPodsTerminating"
+    """Pods of an earlier attempt of the gang are still there past their deletion grace period (a
+    finalizer holds them, or their node does not confirm they stopped): the gang is not placed again until
+    they are gone, since they may still hold its GPUs and its pods' names. The message names them and why."""
+    RESIZED = "Resized"
+    """The gang's shape (``spec.replicas``, the GPUs per replica) was edited while it held an admission:
+    the whole gang is requeued at its new size. Not a restart: ``restartLimit`` is not spent."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -83,3 +83,63 @@ def test_spec_mistakes_that_pods_would_hit_are_refused_at_apply_time(ops: Any) -
         proc = ops.cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest), check=False)
         assert proc.returncode != 0 and field in proc.stderr and words in proc.stderr, proc.stderr
     assert ops.jobs() == []
+
+
+def test_a_running_gang_whose_replicas_are_edited_is_requeued_whole_at_its_new_size_not_as_a_restart(
+        ops: Any) -> None:
+    """docs/operator.md, ``Resized``: before, the edit read as "worker 2 disappeared" and spent a restart
+    (with ``restartLimit: 0`` the job Failed)."""
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("resize", [(H100, 32)])
+    ops.job("grow", q, 2, 8, restartLimit=0)
+    ops.wait_phase("grow", "Running", timeout=90)
+    ops.cluster.kubectl("patch", "gpujob", "grow", "-n", ops.namespace, "--type=merge", "-p",
+                        json.dumps({"spec": {"replicas": 4}}))
+    ops.cluster.wait_for("a Resized Event", lambda: "Resized" in _event_reasons(ops, "grow"), timeout=60)
+    status = ops.wait_phase("grow", "Running", timeout=120)
+    assert len(ops.running_pods("grow")) == 4 and len(status["placement"]["pods"]) == 4, status
+    assert status.get("restarts", 0) == 0, status
+    message = next(e["message"] for e in ops.events("grow") if e["reason"] == "Resized")
+    assert "spec.replicas changed 2 -> 4" in message, message
+
+
+def test_a_pod_group_missing_pods_and_a_gang_waiting_on_a_stuck_pod_say_what_they_wait_for(ops: Any) -> None:
+    """docs/operator.md, ``WaitingForPods`` and ``PreviousPodsTerminating``: both waits used to write
+    nothing at all (the second kept "restarting the whole gang" for as long as the pod stayed)."""
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("waits", [(H100, 32)])
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "lonely-0", "namespace": ops.namespace,
+                        "labels": {"kubegang.io/pod-group": "lonely", "kubegang.io/group-size": "3",
+                                   "kubegang.io/queue": q}},
+           "spec": {"terminationGracePeriodSeconds": 0, "containers": [
+               {"name": "main", "image": "trainer:1", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}
+    ops.cluster.apply(pod)
+    # A pod that fails after 15 s, given a finalizer (as a controller of the user's might) while it runs:
+    # its gang restarts, and the old pod stays Terminating.
+    stuck = ops.job_manifest("stuck", q, 1, 8, annotations={"kubegang.io/fake-runtime": "15s",
+                                                            "kubegang.io/fake-exit-code": "1"})
+    stuck["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 0
+    ops.cluster.apply(stuck)
+    try:
+        ops.cluster.wait_for("the gang's pod", lambda: bool(ops.pods("stuck")), timeout=90)
+        [first] = ops.pods("stuck")
+        ops.cluster.kubectl("patch", "pod", first["metadata"]["name"], "-n", ops.namespace, "--type=merge", "-p",
+                            '{"metadata":{"finalizers":["example.com/hold"]}}')
+        lonely = ops.wait_phase("podgroup-lonely", "Queued", timeout=90)
+        ops.cluster.wait_for("the pod group to say how many pods it waits for", lambda: (
+            ops.status("podgroup-lonely").get("reason") == "WaitingForPods"), timeout=90)
+        cond = ops.condition("podgroup-lonely", "Queued")
+        assert cond is not None and "waiting for 2 more pods of pod group lonely" in cond["message"], lonely
+        assert "kubegang.io/group-size=3" in cond["message"], cond
+
+        ops.cluster.wait_for("the restarted gang to name the pod it waits for", lambda: (
+            ops.status("stuck").get("reason") == "PreviousPodsTerminating"), timeout=120)
+        cond = ops.condition("stuck", "Queued")
+        assert cond is not None and first["metadata"]["name"] in cond["message"], cond
+        assert "example.com/hold" in cond["message"], cond
+        assert "PreviousPodsTerminating" in _event_reasons(ops, "stuck")
+    finally:
+        for name in [p["metadata"]["name"] for p in ops.cluster.get_json("pods", "-n", ops.namespace)["items"]]:
+            ops.cluster.kubectl("patch", "pod", name, "-n", ops.namespace, "--type=merge", "-p",
+                                '{"metadata":{"finalizers":null}}', check=False)

@@ -51,6 +51,11 @@ class ApiModel(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+PRESERVE_UNKNOWN: dict[str, Any] = {"x-kubernetes-preserve-unknown-fields": True}
+"""The schema of an :class:`OpenModel`: fields it does not declare are kept. A subclass that adds its own
+``json_schema_extra`` (CEL rules) spreads this into it, since pydantic replaces that key, not merges it."""
+
+
 class OpenModel(BaseModel):
     """Base of the partly typed, otherwise opaque parts (the pod template): unknown fields are kept.
 
@@ -64,7 +69,7 @@ class OpenModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         use_attribute_docstrings=True,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        json_schema_extra=PRESERVE_UNKNOWN,
     )
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Self, TypeAlias
 
 from pydantic import ConfigDict, Field, StrictInt, StrictStr, field_validator, model_validator
 
-from kubegang.api._common import OpenModel, cel, cel_rules
+from kubegang.api._common import PRESERVE_UNKNOWN, OpenModel, cel, cel_rules
 from kubegang.api._quantity import whole_count
 from kubegang.api._requests import GPU_RESOURCE, PodRequests, pod_spec_requests
 
@@ -54,14 +54,7 @@ class ResourceRequirements(OpenModel):
     """A container's ``resources``: the GPU count in either map must be whole, and a GPU request
     must come with an equal limit (as Kubernetes demands of every extended resource)."""
 
-    model_config = ConfigDict(
-        extra="allow",
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        use_attribute_docstrings=True,
-        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, **cel_rules(GPU_REQUEST_RULE)},
-    )
+    model_config = ConfigDict(json_schema_extra={**PRESERVE_UNKNOWN, **cel_rules(GPU_REQUEST_RULE)})
 
     limits: dict[str, QuantityValue] | None = Field(
         default=None, max_length=64, json_schema_extra=cel_rules(GPU_LIMIT_RULE)

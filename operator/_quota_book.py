@@ -6,9 +6,11 @@ whenever queues change or this replica becomes leader.
 
 Flavours are assigned as Kueue does: a job that names a ``gpuProduct`` uses that flavour; one that
 names none may use any flavour its own queue path (leaf, then ancestors) lists, tried in the order the
-leaf lists them. When a flavour is a GPU product seen on the nodes (label ``nvidia.com/gpu.product``),
-the gang is also placed on GPUs of that product, so quota and placement count the same GPUs. Unrelated
-queues of other trees never change a job's choice.
+leaf lists them, except MIG profiles (``nvidia.com/mig-*``): their quota counts slices of that profile,
+and every job this version admits asks for whole GPUs or a share of one. When a flavour is a GPU
+product seen on the nodes (label ``nvidia.com/gpu.product``), the gang is also placed on GPUs of that
+product, so quota and placement count the same GPUs. Unrelated queues of other trees never change a
+job's choice.
 
 A queue the tree cannot take (its parent does not exist, its parents form a cycle) is left out with
 everything under it, and the rest of the tree is built and admits as usual: one queue's mistake never
@@ -51,6 +53,7 @@ from kubegang.quota import (
     WithinQueue,
     candidates_for,
     fits_after_eviction,
+    is_mig_flavor,
     leaf_heads,
     queue_positions,
     quota_victims,
@@ -148,6 +151,8 @@ class QuotaBook:
         self._assigned: dict[str, str] = {}
         """Job UID → flavour of its current admission (kept across tree rebuilds of this leader)."""
         self.tree = QuotaTree([], unit=MILLI)
+        self._path_flavors: tuple[QuotaTree, dict[str, tuple[str, ...]]] = (self.tree, {})
+        """The tree they were computed for, and each queue's ``path_flavors`` (fixed per tree)."""
         self._namespaces: dict[str, frozenset[str]] = {}
         self._queue_priority: dict[str, int] = {}
         self._reserve_after: dict[str, float] = {}
@@ -207,15 +212,27 @@ class QuotaBook:
         """Flavours a job of ``queue`` may use: those listed on its path, the leaf's order first.
 
         A path that lists none (a tree whose quota sits in other subtrees) falls back to the flavours
-        of its root's whole tree, then to ``nvidia.com/gpu``.
+        of its root's whole tree, then to ``nvidia.com/gpu``. MIG profile flavours are never among
+        them: a whole-GPU or shared-GPU job charged to a MIG profile's quota would let the queue run
+        that many GPUs on top of its GPUs' quota (docs/quota.md: such a flavour's quota is never used).
         """
-        if queue not in self.tree.queues:
+        tree, known = self._path_flavors
+        if tree is not self.tree:
+            tree, known = self._path_flavors = (self.tree, {})
+        out = known.get(queue)
+        if out is None:
+            out = known[queue] = tuple(self._path_flavors_of(queue))
+        return list(out)
+
+    def _path_flavors_of(self, queue: str) -> list[str]:
+        tree = self.tree
+        if queue not in tree.queues:
             return [DEFAULT_FLAVOR]
-        path = self.tree.path(queue)
-        out = _listed(self.tree.spec(q).quotas for q in path)
+        path = tree.path(queue)
+        out = _listed(tree.spec(q).quotas for q in path)
         if not out:
             root = path[-1]
-            out = _listed(self.tree.spec(q).quotas for q in self.tree.queues if self.tree.path(q)[-1] == root)
+            out = _listed(tree.spec(q).quotas for q in tree.queues if tree.path(q)[-1] == root)
         return out or [DEFAULT_FLAVOR]
 
     def flavor_options(self, job: JobView) -> list[JobView]:
@@ -265,7 +282,7 @@ class QuotaBook:
 
     # -- QuotaPort -------------------------------------------------------------------------------
     def order(self, pending: Sequence[JobView]) -> list[JobView]:
-        leaves = set(self.tree.leaves)
+        leaves = self.tree.leaves
         waiting = [job for job in pending if job.queue in leaves]
         stray = [job for job in pending if job.queue not in leaves]  # can_admit explains: no such leaf queue
         return leaf_heads(self.tree, waiting, lambda job: (job.queue, self.priority(job), job.created.timestamp()),
@@ -282,7 +299,7 @@ class QuotaBook:
             return Verdict(False, f"queue {job.queue} does not exist (leaf queues: {some_named(self.tree.leaves)})",
                            never=True,
                            cause=WaitReason.QUEUE_NOT_FOUND)
-        if job.queue not in set(self.tree.leaves):
+        if job.queue not in self.tree.leaves:
             return Verdict(False, quota_verdict(self.tree.can_admit(job.queue, {})).reason, never=True,
                            cause=WaitReason.NOT_A_LEAF_QUEUE)
         allowed = self._namespaces.get(job.queue)
@@ -408,13 +425,16 @@ class QuotaBook:
         return time.monotonic() + left
 
     def preemption_candidates(self, job: JobView) -> list[Preemptible[JobView]]:
-        if job.queue not in set(self.tree.leaves):
+        if job.queue not in self.tree.leaves:
             return []
+        # What each gang is charged, as the tree holds it (what evicting it gives back), rather than
+        # its pods' requests counted again for every gang at every blocked head.
+        tree = self.tree
         running = [
             RunningJob(
                 held.uid,
                 held.queue,
-                self.usage_of(held),
+                tree.job_usage(held.uid) if held.uid in tree else self.usage_of(held),
                 self.priority(held),
                 self._started(held),
             )
@@ -438,9 +458,10 @@ class QuotaBook:
 
 
 def _listed(quotas: Iterable[Mapping[str, object]]) -> list[str]:
+    """The flavours the listings name, first listing first, without repeats or MIG profiles."""
     out: list[str] = []
     for listing in quotas:
-        out.extend(f for f in listing if f not in out)
+        out.extend(f for f in listing if f not in out and not is_mig_flavor(f))
     return out
 
 

@@ -30,6 +30,7 @@ from kubegang.quota._pending import PendingJob, PendingQueues, admission_order, 
 from kubegang.quota._position import QueuePosition, queue_positions
 from kubegang.quota._runtime import RunClass, RunTimeHistory
 from kubegang.quota._spec import (
+    MIG_FLAVOR_PREFIX,
     BorrowWithinParent,
     FlavorQuota,
     PreemptionPolicy,
@@ -39,14 +40,16 @@ from kubegang.quota._spec import (
     ReclaimFromBorrowers,
     SpecProblem,
     WithinQueue,
+    is_mig_flavor,
     some_named,
     validate_specs,
 )
-from kubegang.quota._tree import BindingLimit, FairSharing, LimitKind, QueueStatus, QuotaTree
+from kubegang.quota._tree import BindingLimit, FairSharing, LimitKind, QueueNames, QueueStatus, QuotaTree
 
 __all__ = [
     "DEFAULT_PLANNED_RESERVE_AFTER_SECONDS",
     "DEFAULT_RESERVE_AFTER_SECONDS",
+    "MIG_FLAVOR_PREFIX",
     "Backfill",
     "BackfillPolicy",
     "BackfillReservation",
@@ -63,6 +66,7 @@ __all__ = [
     "PendingQueues",
     "PreemptionPolicy",
     "ProblemKind",
+    "QueueNames",
     "QueuePosition",
     "QueueSpec",
     "QueueStatus",
@@ -82,6 +86,7 @@ __all__ = [
     "candidates_for",
     "dominant_share",
     "fits_after_eviction",
+    "is_mig_flavor",
     "leaf_heads",
     "queue_positions",
     "quota_victims",

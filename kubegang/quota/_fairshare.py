@@ -102,15 +102,28 @@ def tournament_order(tree: QuotaTree, contenders: Sequence[Contender[T]]) -> lis
                 roots.append(n)
             below = n
 
-    def order(node: _Node, depth: int) -> list[Contender[T]]:
-        streams: list[list[Contender[T]]] = []
-        own = at_leaf.get(node)
-        if own is not None:
-            streams.append(sorted(own, key=lambda c: c.top))
-        streams.extend(order(child, depth + 1) for child in children.get(node, ()))
-        return _merge(streams, lambda c: c.key(depth))
+    def order(root: _Node) -> list[Contender[T]]:
+        """The root's subtree in order: at each queue, its own heads (a leaf's) and each child's
+        order, merged by the key of the queue's depth. Children before parents with a stack, not
+        recursion: a tree thousands of levels deep must not overflow the interpreter's stack."""
+        done: dict[_Node, list[Contender[T]]] = {}
+        stack: list[tuple[_Node, int, bool]] = [(root, 0, False)]
+        while stack:
+            node, depth, merge = stack.pop()
+            below = children.get(node, ())
+            if not merge:
+                stack.append((node, depth, True))
+                stack.extend((child, depth + 1, False) for child in below)
+                continue
+            streams: list[list[Contender[T]]] = []
+            own = at_leaf.get(node)
+            if own is not None:
+                streams.append(sorted(own, key=lambda c: c.top))
+            streams.extend(done.pop(child) for child in below)
+            done[node] = _merge(streams, _key_at(depth))
+        return done[root]
 
-    top = [order(root, 0) for root in roots]
+    top = [order(root) for root in roots]
     top.append(sorted(stray, key=lambda c: c.top))
     return [c.item for c in _merge(top, lambda c: c.top)]
 
@@ -151,6 +164,11 @@ def _by_leaf(tree: QuotaTree, contenders: Sequence[Contender[T]]
         else:
             at_leaf.setdefault(node, []).append(c)
     return at_leaf, stray
+
+
+def _key_at(depth: int) -> Callable[[Contender[Any]], _Key]:
+    """A contender's key in the match under the ancestor at ``depth``."""
+    return lambda c: c.key(depth)
 
 
 def _merge(streams: list[list[E]], key: Callable[[E], _Key]) -> list[E]:

@@ -60,7 +60,7 @@ def queue_positions(tree: QuotaTree, jobs: Iterable[PendingJob]) -> dict[str, Qu
     for members in by_queue.values():
         members.sort(key=_leaf_key)
     heads = admission_order(tree, [members[0] for members in by_queue.values()])
-    known = set(tree.queues)
+    known = tree.queues
     roots = {queue: (tree.path(queue)[-1] if queue in known else queue) for queue in by_queue}
     heads_before: dict[str, tuple[str, ...]] = {}
     seen: dict[str, list[str]] = {}

@@ -14,6 +14,17 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+MIG_FLAVOR_PREFIX = "nvidia.com/mig-"
+"""How a MIG profile flavour is named: the device plugin's resource of that profile
+(``nvidia.com/mig-1g.10gb``). A quota of such a flavour counts slices of that profile, never whole
+GPUs or shares of one (docs/quota.md)."""
+
+
+def is_mig_flavor(flavor: str) -> bool:
+    """Whether ``flavor`` names a MIG profile (``nvidia.com/mig-1g.10gb``) rather than whole GPUs."""
+    return flavor.startswith(MIG_FLAVOR_PREFIX)
+
+
 KNOWN_QUEUES_NAMED = 10
 """Names a message lists (known queues, served namespaces); the rest are counted."""
 
@@ -192,14 +203,19 @@ def _check_one(spec: QueueSpec, by_name: Mapping[str, QueueSpec], *, is_leaf: bo
 def _check_cycles(by_name: Mapping[str, QueueSpec]) -> list[SpecProblem]:
     out: list[SpecProblem] = []
     reported: set[str] = set()
+    # Queues an earlier walk went through: from each, that walk went on to its end (a root, an unknown
+    # parent, or a cycle it reported), so a walk that reaches one stops there: O(queues) in all, not
+    # O(queues x depth) for a deep tree.
+    walked: set[str] = set()
     for start in by_name:
         path: list[str] = []
         seen: set[str] = set()
         cur: str | None = start
-        while cur is not None and cur in by_name and cur not in seen:
+        while cur is not None and cur in by_name and cur not in seen and cur not in walked:
             seen.add(cur)
             path.append(cur)
             cur = by_name[cur].parent
+        walked.update(path)
         if cur is not None and cur in seen:
             cycle = path[path.index(cur) :]
             if not reported.intersection(cycle):
@@ -211,16 +227,24 @@ def _check_cycles(by_name: Mapping[str, QueueSpec]) -> list[SpecProblem]:
 
 
 def _parents_first(by_name: Mapping[str, QueueSpec]) -> dict[str, QueueSpec]:
+    """``by_name`` reordered so every queue follows its parent: in ``by_name``'s order, each queue is
+    preceded by those of its ancestors not placed yet, the highest first.
+
+    A loop, not recursion: a tree thousands of levels deep must not overflow the stack (which failed
+    every cycle, so nothing was admitted anywhere). ``by_name`` has no cycles and no unknown parents
+    (validation comes first).
+    """
     ordered: dict[str, QueueSpec] = {}
-
-    def visit(name: str) -> None:
-        if name in ordered:
-            return
-        parent = by_name[name].parent
-        if parent is not None:
-            visit(parent)
-        ordered[name] = by_name[name]
-
     for name in by_name:
-        visit(name)
+        chain: list[str] = []
+        on_chain: set[str] = set()
+        cur: str | None = name
+        while cur is not None and cur not in ordered:
+            if cur in on_chain:
+                raise ValueError(f"queues form a cycle through {cur!r}")  # validation refuses these first
+            chain.append(cur)
+            on_chain.add(cur)
+            cur = by_name[cur].parent
+        for member in reversed(chain):
+            ordered[member] = by_name[member]
     return ordered

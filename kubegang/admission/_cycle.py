@@ -26,10 +26,11 @@ One cycle, as Kueue's ``schedule()``:
    Then take the quota, ``Reserve`` the placement and ``Admit``: the next decision counts both.
 5. **Preemption** — one victim chooser: the quota policy offers candidates (least disruptive first);
    quota picks the fewest it needs gone (``kubegang.quota.quota_victims``); the placement port's
-   ``WhatIf`` adds what the GPUs still need, among the candidates only; quota confirms the preemptor
-   then fits. Only then are the victims evicted, whole; the preemptor waits until their pods are gone,
-   and the nodes it freed are its own meanwhile (``CLAIM_SECONDS``): a job behind it that took them
-   would only be evicted in turn.
+   ``WhatIf`` adds what the GPUs still need with those gone, among the candidates only (nobody when
+   quota's victims alone free a place), and a victim that quota and the GPUs could both do without is
+   not evicted (``_choose_victims``); quota confirms the preemptor then fits. Only then are the
+   victims evicted, whole; the preemptor waits until their pods are gone, and the nodes it freed are
+   its own meanwhile (``CLAIM_SECONDS``): a job behind it that took them would only be evicted in turn.
 6. **Backfill reservation** — a head blocked (on GPUs or quota) longer than the policy's threshold
    reserves the nodes it would get once running gangs are gone (``WhatIf`` over them, waited for,
    not evicted): Slurm's EASY backfill. Where they have time limits, the gangs that end first, so
@@ -63,6 +64,7 @@ from kubegang.admission._types import (
     P,
     Plan,
     PlanAnswer,
+    Preemptible,
     Release,
     Reserve,
     Verdict,
@@ -88,6 +90,8 @@ CLAIM_SECONDS = 300.0
 GPUs it evicted for are not taken by a job behind it (which it would then evict again, forever)."""
 CLUSTER_BOUND = frozenset({WaitReason.EXCEEDS_CLUSTER})
 """Unschedulable reasons that the cluster (new nodes), not the queue tree, can change: retried."""
+_Placed = tuple[tuple[str, ...], frozenset[str]]
+"""A ``WhatIf`` that found a place: the victims it needs (among those offered) and the nodes."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -412,10 +416,23 @@ class AdmissionCycle(Generic[J, P]):
 
     def _choose_victims(self, job: J, excluded: frozenset[str]
                         ) -> Generator[Effect[J, P], Any, tuple[list[tuple[J, str]], frozenset[str]]]:
-        """The one victim chooser: whole gangs, among what policy allows, the fewest that let ``job``
-        both fit its quota and be placed off ``excluded`` (its Plan's exclusions: room freed on nodes
-        reserved for another job would not let it run), and the nodes it would be placed on; no victims
-        when no such set exists (nobody is evicted then)."""
+        """The one victim chooser: whole gangs, among what policy allows, that let ``job`` both fit its
+        quota and be placed off ``excluded`` (its Plan's exclusions: room freed on nodes reserved for
+        another job would not let it run), each of them needed, and the nodes it would be placed on; no
+        victims when no such set exists (nobody is evicted then).
+
+        Quota's victims (``quota_victims``, least disruptive first) go in any case, so the placement
+        port's ``WhatIf`` is asked over every candidate with them first in line. It cannot be told that
+        some gangs are gone already, and its planner picks the fewest GPUs among what it is offered, so
+        it may add gangs whose room quota's victims free anyway (a 4-GPU gang elsewhere rather than the
+        8-GPU borrower that quota evicts: both would go). When it adds any, its answer is only a start:
+        if quota's victims alone let the gang be placed, they are the victims; otherwise each added gang
+        that the gang is still placeable without, quota's victims gone, is dropped (the most disruptive
+        first), and then each of quota's victims that neither quota nor placement needs any more once
+        the added ones are gone. What is left lets it run and, without any one of its gangs, would not
+        (fitting is monotone in what is freed, on both sides). One ``WhatIf`` when the planner adds no
+        one (or finds nothing); one more per victim at most otherwise.
+        """
         none: tuple[list[tuple[J, str]], frozenset[str]] = ([], frozenset())
         candidates = self.quota.preemption_candidates(job)
         if not candidates:
@@ -424,19 +441,63 @@ class AdmissionCycle(Generic[J, P]):
         for_quota = self.quota.quota_victims(job, list(by_uid))
         if for_quota is None:
             return none
-        # Those go anyway, so the placement port is asked with them first in line.
-        order = for_quota + [uid for uid in by_uid if uid not in for_quota]
-        answer: WhatIfAnswer = yield WhatIf(job, tuple(by_uid[uid].job for uid in order), excluded)
-        if answer.victims is None:
+        position = {uid: i for i, uid in enumerate(by_uid)}
+
+        def in_order(uids: Sequence[str]) -> list[str]:
+            return sorted(dict.fromkeys(uids), key=position.__getitem__)
+
+        def placeable(gone: Sequence[str]) -> Generator[Effect[J, P], Any, _Placed | None]:
+            return self._placeable_with(job, [by_uid[uid].job for uid in in_order(gone)], excluded)
+
+        for_quota = in_order(for_quota)
+        # Quota's victims first in line: the planner prefers earlier candidates among sets as cheap.
+        answer = yield from placeable(for_quota + [uid for uid in by_uid if uid not in for_quota])
+        if answer is None:
             return none  # not placeable even with every candidate gone
-        unknown = [uid for uid in answer.victims if uid not in by_uid]
+        added = in_order([uid for uid in answer[0] if uid not in for_quota])
+        nodes = answer[1]
+        if for_quota and added:
+            alone = yield from placeable(for_quota)
+            if alone is not None:
+                return self._confirmed(job, for_quota, by_uid, alone[1])
+            for uid in reversed(added.copy()):
+                keep = [other for other in added if other != uid]
+                if uid not in added or not keep:
+                    continue  # dropped already; or quota's victims alone, which were not enough
+                trial = yield from placeable(for_quota + keep)
+                if trial is not None:
+                    added = [other for other in keep if other in trial[0]]
+                    nodes = trial[1]
+            for uid in reversed(for_quota.copy()):
+                rest = [other for other in for_quota if other != uid] + added
+                if not self.quota.can_admit_without(job, rest).ok:
+                    continue
+                trial = yield from placeable(rest)
+                if trial is not None:
+                    for_quota.remove(uid)
+                    nodes = trial[1]
+        return self._confirmed(job, for_quota + added, by_uid, nodes)
+
+    def _placeable_with(self, job: J, gone: Sequence[J], excluded: frozenset[str]
+                        ) -> Generator[Effect[J, P], Any, _Placed | None]:
+        """Whether ``job`` is placeable off ``excluded`` with the gangs ``gone`` evicted: the placement
+        port's victims (those of ``gone`` it needs gone) and the nodes it would be placed on; None if not."""
+        answer: WhatIfAnswer = yield WhatIf(job, tuple(gone), excluded)
+        if answer.victims is None:
+            return None
+        offered = {victim.uid for victim in gone}
+        unknown = [uid for uid in answer.victims if uid not in offered]
         if unknown:
-            log.error("WhatIf for %s returned non-candidates %s; not preempting", job.key, unknown)
-            return none
-        chosen = list(dict.fromkeys([*for_quota, *answer.victims]))
+            log.error("WhatIf for %s returned gangs it was not offered %s; taken as no place", job.key, unknown)
+            return None
+        return answer.victims, answer.nodes
+
+    def _confirmed(self, job: J, chosen: Sequence[str], by_uid: dict[str, Preemptible[J]], nodes: frozenset[str]
+                   ) -> tuple[list[tuple[J, str]], frozenset[str]]:
+        """``chosen`` with why each may go and ``nodes``, once quota confirms ``job`` then fits; none else."""
         if not chosen or not self.quota.can_admit_without(job, chosen).ok:
-            return none
-        return [(by_uid[uid].job, by_uid[uid].why) for uid in chosen], answer.nodes
+            return [], frozenset()
+        return [(by_uid[uid].job, by_uid[uid].why) for uid in chosen], nodes
 
     # (6) Backfill reservation -----------------------------------------------------------------
     def _blocked(self, job: J, entry: Entry[J, P], now: float) -> _Step[J, P]:

@@ -48,9 +48,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(argv: list[str] | None = None) -> ExtenderSettings:
-    """Parse the command line into :class:`ExtenderSettings`."""
-    args = vars(_parser().parse_args(argv))
-    return ExtenderSettings(**args)
+    """Parse the command line into :class:`ExtenderSettings`.
+
+    Two listeners on one port are a usage error (exit status 2, as a port out of range) naming both
+    flags; without it the second failed to bind with an ``OSError`` traceback that named no flag.
+    """
+    p = _parser()
+    settings = ExtenderSettings(**vars(p.parse_args(argv)))
+    clash = settings.port_clash()
+    if clash is not None:
+        first, second = (f"--{name.replace('_', '-')}" for name in clash)
+        p.error(f"{first} and {second} are both {getattr(settings, clash[0])}: two listeners cannot bind "
+                "one port (the second would fail with 'address already in use'); give each its own")
+    return settings
 
 
 async def _serve(settings: ExtenderSettings) -> int:

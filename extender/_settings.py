@@ -9,6 +9,9 @@ from kubegang.authn import MetricsAuth, SecureServing
 from kubegang.extender._grpc import DEFAULT_RESERVE_TTL_SECONDS
 from kubegang.extender._http import DEFAULT_MAX_BODY_BYTES
 
+_ANY_ADDRESS = frozenset({"", "0.0.0.0", "::", "[::]"})
+"""Addresses that bind every interface, so overlap any other address on the same port."""
+
 
 @dataclass(frozen=True)
 class ExtenderSettings:
@@ -60,3 +63,20 @@ class ExtenderSettings:
     def serving(self) -> SecureServing:
         """How /metrics and /debug/snapshot are served (ValueError for a bad pair of files)."""
         return SecureServing(auth=self.metrics_auth, cert=self.metrics_tls_cert, key=self.metrics_tls_key)
+
+    def port_clash(self) -> tuple[str, str] | None:
+        """The first two port fields whose listeners would bind the same address and port, or None.
+
+        The second of them would fail with "address already in use" after the first had started. Two
+        listeners overlap on one port when their addresses are equal or either binds every interface
+        (``0.0.0.0``, ``::``); port 0 (a free port chosen at bind, as tests use) clashes with nothing.
+        """
+        listeners = (("https_port", self.https_address, self.https_port),
+                     ("grpc_port", self.grpc_address, self.grpc_port),
+                     ("health_port", self.health_address, self.health_port))
+        for i, (name, address, port) in enumerate(listeners):
+            for other_name, other_address, other_port in listeners[i + 1:]:
+                overlap = address == other_address or _ANY_ADDRESS & {address, other_address}
+                if port and port == other_port and overlap:
+                    return (name, other_name)
+        return None

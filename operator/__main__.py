@@ -157,9 +157,24 @@ def check_tls_files(args: argparse.Namespace, settings: OperatorSettings) -> Non
     check_cert_and_key(flags["tls-cert"], settings.tls_cert, flags["tls-key"], settings.tls_key)
 
 
+def _refuse_shared_ports(p: argparse.ArgumentParser, settings: OperatorSettings) -> None:
+    """A usage error (exit status 2, as a port out of range) naming both flags when two listeners share a port.
+
+    Without it the second listener failed to bind with an ``OSError`` traceback that named no flag.
+    """
+    clash = settings.port_clash()
+    if clash is not None:
+        first, second = (f"--{name.replace('_', '-')}" for name in clash)
+        p.error(f"{first} and {second} are both {getattr(settings, clash[0])}: two listeners cannot bind "
+                "one port (the second would fail with 'address already in use'); give each its own")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status."""
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    settings = settings_from_args(args)
+    _refuse_shared_ports(p, settings)
     logging.basicConfig(
         level=args.log_level.upper(),
         format="time=%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
@@ -167,7 +182,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Every request at INFO would drown the decisions; failures still surface as WARNING.
     for noisy in ("httpx2", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    settings = settings_from_args(args)
     try:  # every file is checked before anything is served
         check_tls_files(args, settings)
         serving = serving_from_args(args)

@@ -85,3 +85,13 @@ class OperatorSettings:
     """MASTER_PORT for torchrun gangs (and the headless Service's port)."""
     resync_seconds: float = 5.0
     """Longest pause between two admission cycles when nothing changes (quota may free by time)."""
+
+    def port_clash(self) -> tuple[str, str] | None:
+        """The two port fields that name the same port, or None.
+
+        The metrics and the health listener both bind ``listen_address``: on one port the second would
+        fail with "address already in use", after the first had started. 0 (off) clashes with nothing.
+        """
+        if self.metrics_port and self.metrics_port == self.health_port:
+            return ("metrics_port", "health_port")
+        return None

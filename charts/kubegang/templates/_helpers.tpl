@@ -138,3 +138,35 @@ the ServiceMonitor verifies every kubegang target against that one name. */}}
 - --metrics-auth=off
 {{- end }}
 {{- end -}}
+
+{{/*
+Numbers in flags and fields. A value from a `-f` values file is a float64, which a template prints in
+scientific notation from a million on (`--api-burst=1e+06`, `replicas: 1e+06`), and neither the
+processes' flag parsers nor the API server take that for an integer; `--set` gives int64 and is not
+affected. So every integer value is printed through `int64`; a value the schema lets be fractional
+("number": apiQps, the backfill delays, pollIntervalSeconds) through "kubegang.number", whose toJson
+prints plain decimals ("1000000", "0.5"); an int-or-percent value through "kubegang.intOrPercent".
+*/}}
+{{- define "kubegang.number" -}}
+{{- toJson . -}}
+{{- end -}}
+
+{{- define "kubegang.intOrPercent" -}}
+{{- if kindIs "string" . -}}{{- . -}}{{- else -}}{{- int64 . -}}{{- end -}}
+{{- end -}}
+
+{{/*
+Refuse, naming both values, two listeners of one process on the same port: the process would bind
+the second and exit "address already in use" at every start (CrashLoopBackOff) without naming either
+value. Call with (dict "component" "operator" "ports" (list (list "metricsPort" 8080) (list "healthPort" 8081))).
+*/}}
+{{- define "kubegang.distinctPorts" -}}
+{{- $seen := dict -}}
+{{- range .ports -}}
+{{- $port := toString (int64 (index . 1)) -}}
+{{- if hasKey $seen $port -}}
+{{- fail (printf "%s.%s and %s.%s are both %s: the %s cannot listen twice on one port (it would exit with \"address already in use\"); give each its own port" $.component (get $seen $port) $.component (index . 0) $port $.component) -}}
+{{- end -}}
+{{- $_ := set $seen $port (index . 0) -}}
+{{- end -}}
+{{- end -}}

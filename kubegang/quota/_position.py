@@ -12,8 +12,8 @@ puts before its leaf's head. Both the operator (``status.queuePosition``) and ``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from kubegang.quota._pending import PendingJob, admission_order
 from kubegang.quota._tree import QuotaTree
@@ -33,10 +33,21 @@ class QueuePosition:
     fair-share order (the tree's root names the cohort)."""
     root: str
     """The root of its queue tree (the cohort); the queue itself when unknown to the tree."""
-    ahead_in_queue: tuple[str, ...]
-    """Job ids before it in its own leaf, nearest last."""
-    ahead_heads: tuple[str, ...]
-    """Heads of other leaves of its tree that the cycle considers before its leaf's head."""
+    queue_order: Sequence[str] = field(default=(), repr=False, compare=False)
+    """Job ids of its leaf in order, itself included (shared by every job of the leaf: each position
+    holds a view, not a copy, so positions of n waiting jobs cost O(n), not O(n²))."""
+    head_order: Sequence[str] = field(default=(), repr=False, compare=False)
+    """Heads of its tree's leaves in the cycle's order, at least up to its own leaf's (shared likewise)."""
+
+    @property
+    def ahead_in_queue(self) -> tuple[str, ...]:
+        """Job ids before it in its own leaf, nearest last."""
+        return tuple(self.queue_order[:self.in_queue - 1])
+
+    @property
+    def ahead_heads(self) -> tuple[str, ...]:
+        """Heads of other leaves of its tree that the cycle considers before its leaf's head."""
+        return tuple(self.head_order[:self.cohort - 1])
 
     @property
     def ahead(self) -> tuple[str, ...]:
@@ -62,23 +73,21 @@ def queue_positions(tree: QuotaTree, jobs: Iterable[PendingJob]) -> dict[str, Qu
     heads = admission_order(tree, [members[0] for members in by_queue.values()])
     known = tree.queues
     roots = {queue: (tree.path(queue)[-1] if queue in known else queue) for queue in by_queue}
-    heads_before: dict[str, tuple[str, ...]] = {}
-    seen: dict[str, list[str]] = {}
+    # Each leaf's place among its tree's heads, and the heads in order per tree: positions slice these
+    # shared lists when asked (a tuple per job was quadratic: 2.5 s for one queue of 10,000 jobs).
+    cohort_place: dict[str, int] = {}
+    order: dict[str, list[str]] = {}
     for head in heads:
-        before = seen.setdefault(roots[head.queue], [])
-        heads_before[head.queue] = tuple(before)
+        before = order.setdefault(roots[head.queue], [])
+        cohort_place[head.queue] = len(before) + 1
         before.append(head.job_id)
     out: dict[str, QueuePosition] = {}
     for queue, members in by_queue.items():
-        ahead_heads = heads_before.get(queue, ())
-        for place, job in enumerate(members):
-            out[job.job_id] = QueuePosition(
-                job_id=job.job_id,
-                queue=queue,
-                in_queue=place + 1,
-                cohort=len(ahead_heads) + 1,
-                root=roots[queue],
-                ahead_in_queue=tuple(m.job_id for m in members[:place]),
-                ahead_heads=ahead_heads,
-            )
+        root = roots[queue]
+        ids = [m.job_id for m in members]
+        head_order = order.get(root, ())
+        for place, job_id in enumerate(ids):
+            out[job_id] = QueuePosition(job_id=job_id, queue=queue, in_queue=place + 1,
+                                        cohort=cohort_place.get(queue, 1), root=root,
+                                        queue_order=ids, head_order=head_order)
     return out

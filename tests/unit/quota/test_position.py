@@ -93,3 +93,19 @@ def test_binding_limit_names_the_constraint_and_its_numbers() -> None:
     pool = t.binding_limit("a", H100)
     assert (pool.kind, pool.queue, pool.available, pool.lent) == (LimitKind.POOL, "org", 0, 2)
     assert t.binding_limit("solo", H100).kind is LimitKind.NOMINAL
+
+
+def test_positions_of_one_leaf_share_its_order_instead_of_copying_the_jobs_ahead() -> None:
+    """10,000 waiting jobs in one queue took 2.5 s when each position copied the ids ahead of it
+    (quadratic); each now holds the leaf's one order and slices it when asked."""
+    t = tree()
+    jobs = [PendingJob(f"a-{k}", "a", {H100: 1}, created=float(k)) for k in range(50)]
+    jobs += [PendingJob(f"b-{k}", "b", {H100: 1}, created=float(k)) for k in range(3)]
+    pos = queue_positions(t, jobs)
+    assert pos["a-49"].queue_order is pos["a-0"].queue_order
+    assert pos["a-49"].head_order is pos["b-2"].head_order
+    assert pos["a-49"].ahead_in_queue == tuple(f"a-{k}" for k in range(49))
+    assert pos["a-0"].ahead_in_queue == ()
+    first, second = sorted(("a", "b"), key=lambda q: pos[f"{q}-0"].cohort)
+    assert pos[f"{second}-1"].ahead == (f"{second}-0", f"{first}-0")
+    assert pos[f"{first}-2"].ahead_heads == ()

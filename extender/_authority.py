@@ -122,6 +122,7 @@ class PlacementAuthority(Protocol):
         """Place again the slots of ``gang`` that intruders displaced, near its other pods, and hold them."""
         ...
 
-    def what_if(self, gang: GangRequest, candidates: Sequence[str]) -> WhatIfOutcome:
-        """Smallest set of ``candidates`` (in their order) whose eviction makes the gang fit."""
+    def what_if(self, gang: GangRequest, candidates: Sequence[str], gone: Sequence[str] = ()) -> WhatIfOutcome:
+        """Smallest set of ``candidates`` (in their order) whose eviction makes the gang fit once the
+        ``gone`` gangs (evicted in any case) are gone too; none of ``gone`` is ever a victim."""
         ...

@@ -126,7 +126,14 @@ class _Service:
             raise InvalidMessage("candidate_job_uids: each UID at most once")
         if gang.id in req.candidate_job_uids:
             raise InvalidMessage("candidate_job_uids: must not contain the gang's own job_uid")
-        return what_if_response(self.authority.what_if(gang, list(req.candidate_job_uids)))
+        gone = list(req.gone_job_uids)
+        if len(set(gone)) != len(gone):
+            raise InvalidMessage("gone_job_uids: each UID at most once")
+        if gang.id in gone:
+            raise InvalidMessage("gone_job_uids: must not contain the gang's own job_uid")
+        if set(gone) & set(req.candidate_job_uids):
+            raise InvalidMessage("gone_job_uids: must not repeat a candidate")
+        return what_if_response(self.authority.what_if(gang, list(req.candidate_job_uids), gone))
 
 
 def _decode(cls: type[_M], raw: bytes) -> _M:

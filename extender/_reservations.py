@@ -163,28 +163,30 @@ class PlacementVerbs(LedgerState):
         self._drop_reservation(job_uid)
         return freed
 
-    def what_if(self, gang: GangRequest, candidates: Sequence[str]) -> WhatIfOutcome:
+    def what_if(self, gang: GangRequest, candidates: Sequence[str], gone: Sequence[str] = ()) -> WhatIfOutcome:
         """See :class:`PlacementAuthority`: the core's victim chooser, ``plan_preemption``.
 
         Whole gangs only: evicting a candidate frees everything it holds in the ledger (its pods and
         any slots still reserved for it); the gang's own reservation does not count against it. The
         caller's order is the preference (earlier = preferred victim), given to the planner as the
         candidates' priorities, so the set chosen is the planner's cheapest (fewest GPUs evicted),
-        then the one reaching least far down the list. Changes nothing.
+        then the one reaching least far down the list. The ``gone`` gangs (evicted in any case) are
+        released first, the same way (``plan_preemption``'s ``gone``): the victims are what must go on
+        top of them. Changes nothing.
         """
         snap = self._current()
         offered = _what_if_candidates(candidates)
         with snap.what_if():
             self._release_reserved(snap, gang.id)
-            found = plan_preemption(gang, snap, offered)
+            found = plan_preemption(gang, snap, offered, gone=gone)
             if found is not None:
                 position = {c.gang_id: c.priority for c in offered}
                 victims = tuple(sorted(found.victims, key=position.__getitem__))
                 return WhatIfOutcome(victims=victims, result=found.placement)
-            # Why not even every candidate suffices: the gang planned with all of them gone.
-            for c in offered:
-                if c.gang_id != gang.id:
-                    snap.release(c.gang_id)
+            # Why not even every candidate suffices: the gang planned with all of them (and ``gone``) gone.
+            for uid in (*gone, *(c.gang_id for c in offered)):
+                if uid != gang.id:
+                    snap.release(uid)
             result = plan(gang, snap)
         if isinstance(result, Placement):  # only when the planner's search budget ran out
             log.warning("WhatIf for job %s: no victim set found within the search budget among %d candidates",
@@ -193,4 +195,3 @@ class PlacementVerbs(LedgerState):
                                  reason=f"no victim set found within the search budget among {len(offered)} "
                                         "candidates")
         return WhatIfOutcome(victims=(), result=result)
-

@@ -17,6 +17,7 @@ import asyncio
 import logging
 import ssl
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -182,10 +183,11 @@ class PlacementClient:
         req = pb.RepairRequest(gang=gang_to_proto(gang, namespace=namespace, name=name), ttl_seconds=ttl_seconds)
         return repair_outcome(await self._repair(req, timeout=self._deadline(deadline_s)), gang.id)
 
-    async def what_if(self, gang: GangRequest, candidates: list[str], *, namespace: str = "",
-                      name: str = "", deadline_s: float | None = None) -> WhatIfOutcome:
-        """Smallest subset of ``candidates`` (job UIDs, preferred victims first) that lets ``gang`` fit."""
+    async def what_if(self, gang: GangRequest, candidates: list[str], *, gone: Sequence[str] = (),
+                      namespace: str = "", name: str = "", deadline_s: float | None = None) -> WhatIfOutcome:
+        """Smallest subset of ``candidates`` (job UIDs, preferred victims first) that lets ``gang`` fit
+        once the ``gone`` gangs (job UIDs, evicted in any case) are gone too."""
         await self._follow_files()
         req = pb.WhatIfRequest(gang=gang_to_proto(gang, namespace=namespace, name=name),
-                               candidate_job_uids=candidates)
+                               candidate_job_uids=candidates, gone_job_uids=gone)
         return what_if_outcome(await self._what_if(req, timeout=self._deadline(deadline_s)), gang.id)

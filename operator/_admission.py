@@ -256,7 +256,8 @@ class Admission:
                 return await self.placement.reserve(effect.job, effect.placement)
         if isinstance(effect, WhatIf):
             with _timed("preempt"):
-                return await self.placement.what_if(effect.job, effect.candidates, excluded_nodes=effect.excluded_nodes)
+                return await self.placement.what_if(effect.job, effect.candidates, excluded_nodes=effect.excluded_nodes,
+                                                    gone=effect.gone)
         if isinstance(effect, Release):
             await self.placement.release(effect.job.uid)
             return None

@@ -104,10 +104,11 @@ class ExtenderPlacement:
         return RepairResult(None, outcome.displaced, outcome.result.reason)
 
     async def what_if(self, job: JobView, candidates: Sequence[JobView], *,
-                      excluded_nodes: frozenset[str] = frozenset()) -> WhatIfAnswer:
+                      excluded_nodes: frozenset[str] = frozenset(), gone: Sequence[JobView] = ()) -> WhatIfAnswer:
         try:
             outcome = await self.client.what_if(
-                gang_request(job, excluded_nodes), [c.uid for c in candidates], namespace=job.namespace, name=job.name
+                gang_request(job, excluded_nodes), [c.uid for c in candidates], gone=[g.uid for g in gone],
+                namespace=job.namespace, name=job.name,
             )
         except grpc.aio.AioRpcError as exc:
             log.error("WhatIf for %s failed: %s", job.key, exc.details())

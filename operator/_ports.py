@@ -84,9 +84,10 @@ class PlacementPort(Protocol):
         ...
 
     async def what_if(self, job: JobView, candidates: Sequence[JobView], *,
-                      excluded_nodes: frozenset[str] = frozenset()) -> WhatIfAnswer:
-        """The smallest set of ``candidates`` whose eviction makes ``job`` placeable (``()`` when it is
-        placeable already; None when evicting all of them would not be enough), and where it would go."""
+                      excluded_nodes: frozenset[str] = frozenset(), gone: Sequence[JobView] = ()) -> WhatIfAnswer:
+        """The smallest set of ``candidates`` whose eviction, with the ``gone`` gangs gone too (evicted in
+        any case, never victims), makes ``job`` placeable (``()`` when it is placeable already or by
+        ``gone`` alone; None when evicting all of them would not be enough), and where it would go."""
         ...
 
 

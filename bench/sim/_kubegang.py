@@ -284,7 +284,7 @@ class KubegangPolicy:
                 return Verdict(False, str(exc))
             return Verdict(True)
         if isinstance(effect, WhatIf):
-            return self._what_if(effect.job, effect.candidates, effect.excluded_nodes)
+            return self._what_if(effect.job, effect.candidates, effect.excluded_nodes, effect.gone)
         if isinstance(effect, Release):
             if self.snapshot.allocations_of(effect.job.uid):
                 self.snapshot.release(effect.job.uid)
@@ -302,12 +302,14 @@ class KubegangPolicy:
             return None
         raise TypeError(f"unknown effect {effect!r}")
 
-    def _what_if(self, job: _SimJob, candidates: Sequence[_SimJob], excluded: frozenset[str]) -> WhatIfAnswer:
+    def _what_if(self, job: _SimJob, candidates: Sequence[_SimJob], excluded: frozenset[str],
+                 gone: Sequence[_SimJob]) -> WhatIfAnswer:
         # Earlier in the cycle's list = preferred victim: the planner prefers lower priority, then the
-        # most recently started, so the list position becomes the priority.
+        # most recently started, so the list position becomes the priority. ``gone`` is released by the
+        # planner first (the extender's answer).
         offered = [preemption.Candidate(c.uid, priority=i, start_time=0.0) for i, c in enumerate(candidates)]
         gang = dataclasses.replace(gang_request(job.job), excluded_nodes=excluded)
-        found = preemption.plan_preemption(gang, self.snapshot, offered)
+        found = preemption.plan_preemption(gang, self.snapshot, offered, gone=[g.uid for g in gone])
         if found is None:
             return WhatIfAnswer(None)
         return WhatIfAnswer(found.victims, frozenset(found.placement.nodes))

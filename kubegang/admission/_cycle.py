@@ -25,12 +25,13 @@ One cycle, as Kueue's ``schedule()``:
    tenant; a holder evicts tenants past their prediction once that alone lets it start (before step 5).
    Then take the quota, ``Reserve`` the placement and ``Admit``: the next decision counts both.
 5. **Preemption** — one victim chooser: the quota policy offers candidates (least disruptive first);
-   quota picks the fewest it needs gone (``kubegang.quota.quota_victims``); the placement port's
-   ``WhatIf`` adds what the GPUs still need with those gone, among the candidates only (nobody when
-   quota's victims alone free a place), and a victim that quota and the GPUs could both do without is
-   not evicted (``_choose_victims``); quota confirms the preemptor then fits. Only then are the
-   victims evicted, whole; the preemptor waits until their pods are gone, and the nodes it freed are
-   its own meanwhile (``CLAIM_SECONDS``): a job behind it that took them would only be evicted in turn.
+   quota picks the fewest it needs gone (``kubegang.quota.quota_victims``); one ``WhatIf`` with those
+   ``gone`` adds the cheapest set the GPUs still need on top of them, among the other candidates only
+   (nobody when quota's victims alone free a place), and a quota victim that quota and the GPUs could
+   both do without once those are added is not evicted (``_choose_victims``); quota confirms the
+   preemptor then fits. Only then are the victims evicted, whole; the preemptor waits until their
+   pods are gone, and the nodes it freed are its own meanwhile (``CLAIM_SECONDS``): a job behind it
+   that took them would only be evicted in turn.
 6. **Backfill reservation** — a head blocked (on GPUs or quota) longer than the policy's threshold
    reserves the nodes it would get once running gangs are gone (``WhatIf`` over them, waited for,
    not evicted): Slurm's EASY backfill. Where they have time limits, the gangs that end first, so
@@ -422,16 +423,14 @@ class AdmissionCycle(Generic[J, P]):
         victims when no such set exists (nobody is evicted then).
 
         Quota's victims (``quota_victims``, least disruptive first) go in any case, so the placement
-        port's ``WhatIf`` is asked over every candidate with them first in line. It cannot be told that
-        some gangs are gone already, and its planner picks the fewest GPUs among what it is offered, so
-        it may add gangs whose room quota's victims free anyway (a 4-GPU gang elsewhere rather than the
-        8-GPU borrower that quota evicts: both would go). When it adds any, its answer is only a start:
-        if quota's victims alone let the gang be placed, they are the victims; otherwise each added gang
-        that the gang is still placeable without, quota's victims gone, is dropped (the most disruptive
-        first), and then each of quota's victims that neither quota nor placement needs any more once
-        the added ones are gone. What is left lets it run and, without any one of its gangs, would not
-        (fitting is monotone in what is freed, on both sides). One ``WhatIf`` when the planner adds no
-        one (or finds nothing); one more per victim at most otherwise.
+        port is asked one ``WhatIf`` with them ``gone`` and the other candidates offered: its planner
+        adds the cheapest set (fewest GPUs) that the GPUs still need with them gone, nobody when they
+        alone free a place. When it adds any, a quota victim may have become needless (the added gangs
+        free quota and GPUs too): each of them, most disruptive first, that quota can do without
+        (``can_admit_without``) is put back, and kept running if the gang is still placeable with the
+        rest gone (one more ``WhatIf``, nothing offered). Fitting is monotone in what is freed, on both
+        sides, so each victim left is needed. One ``WhatIf`` when the planner adds no one (or finds
+        nothing); otherwise one more per quota victim that quota could do without.
         """
         none: tuple[list[tuple[J, str]], frozenset[str]] = ([], frozenset())
         candidates = self.quota.preemption_candidates(job)
@@ -442,51 +441,35 @@ class AdmissionCycle(Generic[J, P]):
         if for_quota is None:
             return none
         position = {uid: i for i, uid in enumerate(by_uid)}
-
-        def in_order(uids: Sequence[str]) -> list[str]:
-            return sorted(dict.fromkeys(uids), key=position.__getitem__)
-
-        def placeable(gone: Sequence[str]) -> Generator[Effect[J, P], Any, _Placed | None]:
-            return self._placeable_with(job, [by_uid[uid].job for uid in in_order(gone)], excluded)
-
-        for_quota = in_order(for_quota)
-        # Quota's victims first in line: the planner prefers earlier candidates among sets as cheap.
-        answer = yield from placeable(for_quota + [uid for uid in by_uid if uid not in for_quota])
+        for_quota = sorted(dict.fromkeys(for_quota), key=position.__getitem__)
+        others = [uid for uid in by_uid if uid not in for_quota]
+        answer = yield from self._placeable_with(job, [by_uid[uid].job for uid in others], excluded,
+                                                 gone=[by_uid[uid].job for uid in for_quota])
         if answer is None:
             return none  # not placeable even with every candidate gone
-        added = in_order([uid for uid in answer[0] if uid not in for_quota])
+        added = sorted(answer[0], key=position.__getitem__)
         nodes = answer[1]
-        if for_quota and added:
-            alone = yield from placeable(for_quota)
-            if alone is not None:
-                return self._confirmed(job, for_quota, by_uid, alone[1])
-            for uid in reversed(added.copy()):
-                keep = [other for other in added if other != uid]
-                if uid not in added or not keep:
-                    continue  # dropped already; or quota's victims alone, which were not enough
-                trial = yield from placeable(for_quota + keep)
-                if trial is not None:
-                    added = [other for other in keep if other in trial[0]]
-                    nodes = trial[1]
+        if added:
             for uid in reversed(for_quota.copy()):
                 rest = [other for other in for_quota if other != uid] + added
                 if not self.quota.can_admit_without(job, rest).ok:
                     continue
-                trial = yield from placeable(rest)
+                trial = yield from self._placeable_with(job, [], excluded, gone=[by_uid[u].job for u in rest])
                 if trial is not None:
                     for_quota.remove(uid)
                     nodes = trial[1]
         return self._confirmed(job, for_quota + added, by_uid, nodes)
 
-    def _placeable_with(self, job: J, gone: Sequence[J], excluded: frozenset[str]
+    def _placeable_with(self, job: J, offered: Sequence[J], excluded: frozenset[str], *, gone: Sequence[J] = ()
                         ) -> Generator[Effect[J, P], Any, _Placed | None]:
-        """Whether ``job`` is placeable off ``excluded`` with the gangs ``gone`` evicted: the placement
-        port's victims (those of ``gone`` it needs gone) and the nodes it would be placed on; None if not."""
-        answer: WhatIfAnswer = yield WhatIf(job, tuple(gone), excluded)
+        """Whether ``job`` is placeable off ``excluded`` with the gangs ``gone`` evicted and some of
+        ``offered``: the placement port's victims (those of ``offered`` it needs gone too) and the nodes
+        it would be placed on; None if not."""
+        answer: WhatIfAnswer = yield WhatIf(job, tuple(offered), excluded, gone=tuple(gone))
         if answer.victims is None:
             return None
-        offered = {victim.uid for victim in gone}
-        unknown = [uid for uid in answer.victims if uid not in offered]
+        allowed = {victim.uid for victim in offered}
+        unknown = [uid for uid in answer.victims if uid not in allowed]
         if unknown:
             log.error("WhatIf for %s returned gangs it was not offered %s; taken as no place", job.key, unknown)
             return None

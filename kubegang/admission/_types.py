@@ -171,10 +171,11 @@ class WhatIfAnswer:
     """The placement port's answer to :class:`WhatIf`."""
 
     victims: tuple[str, ...] | None
-    """UIDs of the smallest set of the candidates whose eviction makes the gang placeable (``()``:
-    placeable already), or None when evicting all of them would not be enough."""
+    """UIDs of the smallest set of the candidates whose eviction, with :attr:`WhatIf.gone` gone,
+    makes the gang placeable (``()``: placeable already, or by ``gone`` alone), or None when evicting
+    all of them too would not be enough."""
     nodes: frozenset[str] = frozenset()
-    """The nodes the gang would be placed on after those evictions."""
+    """The nodes the gang would be placed on after those evictions (and ``gone``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,13 +208,19 @@ class Reserve(Generic[J, P]):
 
 @dataclasses.dataclass(frozen=True)
 class WhatIf(Generic[J]):
-    """Which of ``candidates``, gone, make the gang placeable? Changes nothing. Answer: :class:`WhatIfAnswer`."""
+    """Which of ``candidates``, gone (on top of ``gone``), make the gang placeable? Changes nothing.
+    Answer: :class:`WhatIfAnswer`."""
 
     job: J
     candidates: tuple[J, ...]
     excluded_nodes: frozenset[str] = frozenset()
     """Nodes it may not be placed on (as ``Plan``'s: reserved or claimed for others): room freed there
     would not let it run."""
+    gone: tuple[J, ...] = ()
+    """Gangs taken as gone before choosing (evicted in any case: the preemptor's quota victims), never
+    victims themselves: the answer is the cheapest set of ``candidates`` to evict *on top of them*
+    (``()`` when they alone free a place). Without it the planner, which picks the fewest GPUs among
+    what it is offered, chose gangs whose room these free anyway. Disjoint from ``candidates``."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -82,9 +82,9 @@ class LedgerClient(PlacementClient):
                      deadline_s: float | None = None) -> RepairOutcome:
         return self.ledger.repair(gang, ttl_seconds)
 
-    async def what_if(self, gang: GangRequest, candidates: list[str], *, namespace: str = "",
-                      name: str = "", deadline_s: float | None = None) -> WhatIfOutcome:
-        return self.ledger.what_if(gang, candidates)
+    async def what_if(self, gang: GangRequest, candidates: list[str], *, gone: Sequence[str] = (),
+                      namespace: str = "", name: str = "", deadline_s: float | None = None) -> WhatIfOutcome:
+        return self.ledger.what_if(gang, candidates, gone)
 
 
 class Engine:
@@ -271,7 +271,8 @@ class Engine:
             if isinstance(effect, Reserve):
                 return await port.reserve(effect.job, effect.placement)
             if isinstance(effect, WhatIf):
-                return await port.what_if(effect.job, effect.candidates, excluded_nodes=effect.excluded_nodes)
+                return await port.what_if(effect.job, effect.candidates, excluded_nodes=effect.excluded_nodes,
+                                          gone=effect.gone)
             if isinstance(effect, Release):
                 await port.release(effect.job.uid)
                 return None
@@ -290,10 +291,11 @@ class Engine:
         """What the placer said when it last found no place for ``uid`` (its best domain, the pods it holds)."""
         return self.client.refused.get(uid)
 
-    def what_if(self, job: JobView, candidates: Sequence[JobView]) -> WhatIfAnswer:
-        """The extender's ``WhatIf`` on this ledger, through the operator's adapter."""
+    def what_if(self, job: JobView, candidates: Sequence[JobView], *, gone: Sequence[JobView] = ()) -> WhatIfAnswer:
+        """The extender's ``WhatIf`` on this ledger, through the operator's adapter (``gone``: as
+        :attr:`kubegang.admission.WhatIf.gone`)."""
         port = ExtenderPlacement(self.client)
-        return asyncio.run(port.what_if(job, candidates))
+        return asyncio.run(port.what_if(job, candidates, gone=gone))
 
     def forget_gang(self, uid: str) -> None:
         """As if the gang's pods were gone: its GPUs and its quota are free (an eviction)."""

@@ -87,13 +87,24 @@ class PreemptionPlan:
 
 
 def plan_preemption(gang: GangRequest, snapshot: Snapshot, candidates: Sequence[Candidate],
-                    *, max_plans: int = 2000) -> PreemptionPlan | None:
+                    *, gone: Sequence[str] = (), max_plans: int = 2000) -> PreemptionPlan | None:
     """The cheapest whole-gang victim set that makes ``gang`` placeable, or None if none does.
+
+    ``gone``: gangs evicted whatever is chosen (the admission cycle's quota victims): released before
+    the search, as a victim is, so the set returned is the cheapest *addition* to them (``()`` when
+    they alone free a place) and the placement is the one with them gone. They are never victims
+    (a candidate among them holds nothing once released) and their GPUs count for nothing; the gang
+    itself is never released.
 
     The snapshot is left exactly as it was.
     """
-    search = _Search(gang, snapshot, candidates, max_plans)
-    return search.run()
+    if not gone:
+        return _Search(gang, snapshot, candidates, max_plans).run()
+    with snapshot.what_if():
+        for gang_id in gone:
+            if gang_id != gang.id:
+                snapshot.release(gang_id)
+        return _Search(gang, snapshot, candidates, max_plans).run()
 
 
 _Key = tuple[int, int, int, float]
@@ -423,9 +434,13 @@ class _Search:
                     on_node[n].append(v)
                 gpus_on[n] = gpus_on.get(n, 0) + a.whole_gpus
 
-        def value(n: int) -> tuple[float, int]:
+        rank = {v: i for i, v in enumerate(ids)}
+
+        def value(n: int) -> tuple[float, int, int]:
+            # Equal room per GPU: the node whose most preferred candidate comes first (``ids`` is in
+            # preference order), so a tie spares the gang that has done more work, then node order.
             gain = (cap.free[n] + gpus_on[n]) // g - cap.free[n] // g
-            return (gpus_on[n] / gain if gain else float("inf"), n)
+            return (gpus_on[n] / gain if gain else float("inf"), rank[on_node[n][0]], n)
 
         ordered: list[str] = []
         seen: set[str] = set()

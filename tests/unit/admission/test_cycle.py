@@ -150,10 +150,10 @@ class Cluster:
             return None
         if isinstance(effect, WhatIf):
             for k in range(len(effect.candidates) + 1):
-                gone = frozenset(c.uid for c in effect.candidates[:k])
-                placed = self.fit(effect.job, effect.excluded_nodes, gone)
+                evicted = frozenset(c.uid for c in effect.candidates[:k])
+                placed = self.fit(effect.job, effect.excluded_nodes, evicted | {g.uid for g in effect.gone})
                 if placed is not None:
-                    return WhatIfAnswer(tuple(uid for uid in gone if uid in {self.on[n] for n in placed}),
+                    return WhatIfAnswer(tuple(uid for uid in evicted if uid in {self.on[n] for n in placed}),
                                         frozenset(placed))
             return WhatIfAnswer(None)
         if isinstance(effect, Evict | Release):

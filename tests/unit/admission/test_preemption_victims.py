@@ -2,10 +2,10 @@
 
 Quota is the real ``kubegang.quota`` tree and policy (``candidates_for``, ``quota_victims``); placement
 is the real core on a snapshot, and ``WhatIf`` is answered as the extender and the simulator answer it
-(``plan_preemption`` over the candidates, their order as the preference). That planner picks the fewest
-GPUs among what it is offered, without counting quota's victims as gone: the cycle must not evict, on
-top of quota's victims, gangs whose room those victims free anyway (the audit's case: a team-a gang
-evicted next to the borrower whose node the preemptor then took)."""
+(``plan_preemption`` over the candidates, their order as the preference, its ``gone`` released first).
+Quota's victims are asked as ``gone``: the cycle must not evict, on top of them, gangs whose room they
+free anyway (the audit's case: a team-a gang evicted next to the borrower whose node the preemptor then
+took), and what it adds is the cheapest given they are gone."""
 
 from __future__ import annotations
 
@@ -148,8 +148,8 @@ class Cluster:
         self.quota = quota
         self.snap = Snapshot(compile_index(uniform_fabric(nodes, gpus=8)))
         self.names = [node.name for node in self.snap.topology.nodes]
-        self.what_ifs: list[tuple[str, ...]] = []
-        """The candidates of every WhatIf, in the order asked."""
+        self.what_ifs: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
+        """(gone, candidates) of every WhatIf, in the order asked."""
 
     def run(self, job: Job, node: int) -> None:
         """``job`` runs already on node ``node`` (admitted before the test's cycle)."""
@@ -168,9 +168,10 @@ class Cluster:
             self.snap.allocate_all(effect.placement.allocations(effect.job.gang()))
             return None
         if isinstance(effect, WhatIf):
-            self.what_ifs.append(tuple(c.uid for c in effect.candidates))
+            gone = tuple(g.uid for g in effect.gone)
+            self.what_ifs.append((gone, tuple(c.uid for c in effect.candidates)))
             offered = [Candidate(c.uid, priority=i) for i, c in enumerate(effect.candidates)]
-            found = plan_preemption(effect.job.gang(effect.excluded_nodes), self.snap, offered)
+            found = plan_preemption(effect.job.gang(effect.excluded_nodes), self.snap, offered, gone=gone)
             if found is None:
                 return WhatIfAnswer(None)
             return WhatIfAnswer(found.victims, frozenset(found.placement.nodes))
@@ -224,8 +225,9 @@ def test_quota_victims_that_free_a_place_are_the_only_victims() -> None:
     entry = schedule(cycle, cluster, [p])["p"]
     assert evicted_by(entry) == ["b"]
     assert entry.message.endswith("; preempting team-b/b")
-    # Over both, the planner answers l; then asked with b alone, it finds a place: b is the victim.
-    assert cluster.what_ifs == [("b", "l"), ("b",)]
+    # With b gone, the planner adds no one: one WhatIf (the old chooser asked over both, got l, then
+    # asked again with b alone).
+    assert cluster.what_ifs == [(("b",), ("l",))]
     assert cluster.holders() == {"l"} and "l" in quota.admitted and "b" not in quota.admitted
 
     # With b gone, p runs where b ran; l runs on.
@@ -240,7 +242,8 @@ def test_placement_victims_are_only_those_still_needed_with_quota_victims_gone()
     # 0, 8 on node 0) borrows. Quota's victim q frees node 0 only; l1 and l2 (team-a, 4 each, priority 0)
     # run on nodes 1 and 2, h (team-a, 4, priority 20: not a candidate) on node 3. Over every candidate
     # the planner's cheapest set is l1 and l2 (8 GPUs; q with either is 12): with q evicted for quota
-    # anyway, one of them is enough, and the one kept running is the one started first (most work).
+    # anyway (WhatIf's ``gone``), one of them is enough, and between equally cheap nodes the planner
+    # takes the preferred candidate's: l2, the most recently started (l1 has done more work).
     quota, cluster, cycle = world(team_a=28, team_b=0, nodes=4)
     cluster.run(Job("q", "team-b", 1, 8), node=0)
     cluster.run(Job("l1", "team-a", 1, 4), node=1)
@@ -254,7 +257,8 @@ def test_placement_victims_are_only_those_still_needed_with_quota_victims_gone()
     entry = schedule(cycle, cluster, [p])["p"]
     assert evicted_by(entry) == ["q", "l2"]
     assert cluster.holders() == {"l1", "h"}
-    assert "h" not in [uid for asked in cluster.what_ifs for uid in asked]  # never offered: policy keeps it
+    assert "h" not in [uid for asked in cluster.what_ifs for part in asked for uid in part]  # policy keeps it
+    assert cluster.what_ifs == [(("q",), ("l2", "l1"))]  # one WhatIf (the old chooser asked three)
 
     entry = schedule(cycle, cluster, [p])["p"]
     assert entry.result is AdmitResult.ADMITTED, entry
@@ -278,10 +282,39 @@ def test_a_quota_victim_is_kept_running_when_the_placement_victims_free_its_quot
     entry = schedule(cycle, cluster, [p])["p"]
     assert evicted_by(entry) == ["l"]
     assert cluster.holders() == {"q", "h"}
+    # q gone, l is added; then q put back: quota and placement both do without it (the old chooser: 3).
+    assert cluster.what_ifs == [(("q",), ("l",)), (("l",), ())]
 
     entry = schedule(cycle, cluster, [p])["p"]
     assert entry.result is AdmitResult.ADMITTED, entry
     assert entry.placement is not None and entry.placement.nodes == (cluster.names[1],)
+
+
+def test_placement_adds_the_cheapest_gangs_given_quota_victims_are_gone() -> None:
+    # b (team-b, nominal 0) borrows 8 GPUs on node 0; n2 (team-a, 2 GPUs, started first) runs on node 2
+    # and n1 (team-a, 4 GPUs) on node 1. p (team-a, 2 pods x 8, priority 10) needs 2 free nodes, and
+    # quota evicts the borrower b (freeing node 0). One more node is then needed: node 2 (n2, 2 GPUs)
+    # is the cheapest. Asked over every candidate without knowing b is gone, the planner chose n1 and n2
+    # (6 GPUs < b's 8 with either); the old chooser then dropped n2 (the most disruptive, tried first),
+    # b and n1 still placing p, and evicted b and n1: 12 GPUs where 10 would do.
+    quota, cluster, cycle = world(team_a=24, team_b=0, nodes=3)
+    cluster.run(Job("b", "team-b", 1, 8), node=0)
+    cluster.run(Job("n2", "team-a", 1, 2), node=2)
+    cluster.run(Job("n1", "team-a", 1, 4), node=1)
+    p = Job("p", "team-a", 2, 8, priority=10)
+    candidates = [c.job.uid for c in quota.preemption_candidates(p)]
+    assert candidates == ["b", "n1", "n2"]
+    assert quota.quota_victims(p, candidates) == ["b"]
+
+    entry = schedule(cycle, cluster, [p])["p"]
+    assert evicted_by(entry) == ["b", "n2"]
+    assert cluster.holders() == {"n1"}
+    assert cluster.what_ifs == [(("b",), ("n1", "n2"))]  # quota needs b whatever the GPUs do: one WhatIf
+
+    entry = schedule(cycle, cluster, [p])["p"]
+    assert entry.result is AdmitResult.ADMITTED, entry
+    assert entry.placement is not None
+    assert set(entry.placement.nodes) == {cluster.names[0], cluster.names[2]}
 
 
 def test_no_one_is_evicted_when_no_allowed_set_lets_the_preemptor_run() -> None:

@@ -236,7 +236,8 @@ def grpc_calls(draw: st.DrawFn) -> tuple[str, bytes]:
         huge = draw(st.booleans())
         candidates = [f"ghost-{i}" for i in range(5000)] if huge else draw(
             st.lists(st.sampled_from([HELD, "ghost", "bound-uid", "pod/bound-uid", ""]), max_size=4))
-        msg = pb.WhatIfRequest(gang=draw(gangs), candidate_job_uids=candidates)
+        gone = draw(st.lists(st.sampled_from([HELD, "ghost", "bound-uid", ""]), max_size=2))
+        msg = pb.WhatIfRequest(gang=draw(gangs), candidate_job_uids=candidates, gone_job_uids=gone)
     else:
         msg = pb.RepairRequest(gang=draw(gangs), ttl_seconds=draw(st.sampled_from([0, 5])))
     raw = msg.SerializeToString()

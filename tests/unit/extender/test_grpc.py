@@ -57,7 +57,7 @@ class FakePlacement:
         held = self.reserved.pop(job_uid, None)
         return sum(len(a.gpus) for a in held.assignments) if held else 0
 
-    def what_if(self, gang: GangRequest, candidates: Sequence[str]) -> WhatIfOutcome:
+    def what_if(self, gang: GangRequest, candidates: Sequence[str], gone: Sequence[str] = ()) -> WhatIfOutcome:
         if self.delay:
             import time
 
@@ -174,6 +174,44 @@ async def test_what_if_over_grpc_is_the_ledgers_planner_answer(pki: PemPaths) ->
     assert three.victims == () and isinstance(three.result, Unplaceable)
 
 
+@session_loop
+async def test_what_if_gone_over_grpc_reaches_the_ledger(pki: PemPaths) -> None:
+    # n0: small (2 GPUs); n1: big (8). A 2x8 gang needs both nodes. With big gone already (WhatIf's
+    # gone_job_uids), only small is to evict on top of it; a 1x8 gang is placeable by big's node
+    # alone (no victim); an older client that sends no gone_job_uids gets the answer it always had.
+    from kubegang.extender._ledger import Ledger
+
+    ledger = Ledger()
+    for name in ("n0", "n1"):
+        ledger.upsert_node(_gpu_node(name))
+    ledger.upsert_pod(_gang_pod("small", "n0", 2))
+    ledger.upsert_pod(_gang_pod("big", "n1", 8))
+    creds = server_credentials(pki.server_cert, pki.server_key, pki.ca_cert)
+    site = await serve_grpc(ledger, ExtenderMetrics(), "127.0.0.1:0", creds, default_ttl_seconds=60)
+    try:
+        async with _client(site, pki) as client:
+            two = await client.what_if(GangRequest(id="new", pods=2, gpus_per_pod=8), ["small"], gone=["big"])
+            one = await client.what_if(GangRequest(id="new", pods=1, gpus_per_pod=8), ["small"], gone=["big"])
+            short = await client.what_if(GangRequest(id="new", pods=2, gpus_per_pod=8), [], gone=["big"])
+            old = await client.what_if(GangRequest(id="new", pods=1, gpus_per_pod=8), ["big", "small"])
+        async with grpc.aio.secure_channel(
+                f"127.0.0.1:{site.port}", channel_credentials(pki.ca_cert, pki.client_cert, pki.client_key)) as channel:
+            raw = pb.WhatIfRequest(gang=pb.Gang(job_uid="new", pods=1, gpus_per_pod=8),
+                                   candidate_job_uids=["big", "small"]).SerializeToString()
+            assert b"gone" not in raw
+            legacy = pb.WhatIfResponse.FromString(
+                await channel.unary_unary(f"/{SERVICE_NAME}/WhatIf")(raw, timeout=5))
+    finally:
+        await site.close(0)
+    assert two.victims == ("small",)
+    assert isinstance(two.result, Placement) and set(two.result.nodes) == {"n0", "n1"}
+    assert one.victims == () and isinstance(one.result, Placement) and one.result.nodes == ("n1",)
+    assert short.victims == () and isinstance(short.result, Unplaceable)  # big alone is not enough
+    assert old.victims == ("small",)  # nothing gone: fewest GPUs evicted, as before
+    assert legacy.feasible and list(legacy.victim_job_uids) == ["small"]
+    assert ledger.what_if(GangRequest(id="new", pods=2, gpus_per_pod=8), ["small"], ["big"]).victims == ("small",)
+
+
 @pytest.mark.parametrize(
     ("method", "request_msg", "needle"),
     [
@@ -191,6 +229,12 @@ async def test_what_if_over_grpc_is_the_ledgers_planner_answer(pki: PemPaths) ->
         ("Release", pb.ReleaseRequest(), "job_uid: required"),
         ("WhatIf", pb.WhatIfRequest(gang=pb.Gang(job_uid="j", pods=1, gpus_per_pod=1),
                                     candidate_job_uids=["j"]), "own job_uid"),
+        ("WhatIf", pb.WhatIfRequest(gang=pb.Gang(job_uid="j", pods=1, gpus_per_pod=1),
+                                    gone_job_uids=["j"]), "gone_job_uids: must not contain the gang's own"),
+        ("WhatIf", pb.WhatIfRequest(gang=pb.Gang(job_uid="j", pods=1, gpus_per_pod=1),
+                                    gone_job_uids=["a", "a"]), "gone_job_uids: each UID at most once"),
+        ("WhatIf", pb.WhatIfRequest(gang=pb.Gang(job_uid="j", pods=1, gpus_per_pod=1), candidate_job_uids=["a"],
+                                    gone_job_uids=["a"]), "gone_job_uids: must not repeat a candidate"),
     ],
 )
 @session_loop
@@ -255,8 +299,8 @@ messages = st.one_of(
     st.builds(lambda g, t: pb.ReserveRequest(gang=g, ttl_seconds=t).SerializeToString(),
               gangs, st.integers(0, 2**32 - 1)),
     st.builds(lambda u: pb.ReleaseRequest(job_uid=u).SerializeToString(), st.text(max_size=8)),
-    st.builds(lambda g, c: pb.WhatIfRequest(gang=g, candidate_job_uids=c).SerializeToString(),
-              gangs, st.lists(st.text(max_size=4), max_size=4)),
+    st.builds(lambda g, c, d: pb.WhatIfRequest(gang=g, candidate_job_uids=c, gone_job_uids=d).SerializeToString(),
+              gangs, st.lists(st.text(max_size=4), max_size=4), st.lists(st.text(max_size=4), max_size=3)),
 )
 
 

@@ -115,10 +115,11 @@ class InProcessClient:
         return self.ledger.release(job_uid)
 
     async def what_if(
-        self, gang: GangRequest, candidates: Sequence[str], *, namespace: str = "", name: str = ""
+        self, gang: GangRequest, candidates: Sequence[str], *, gone: Sequence[str] = (), namespace: str = "",
+        name: str = ""
     ) -> WhatIfOutcome:
         self.requests.append(("what_if", gang))
-        return self.ledger.what_if(gang, list(candidates))
+        return self.ledger.what_if(gang, list(candidates), list(gone))
 
     async def repair(
         self, gang: GangRequest, *, ttl_seconds: int = 0, namespace: str = "", name: str = ""

@@ -119,9 +119,13 @@ class _ReferenceSearch:
                     on_node[n].append(v)
                 gpus_on[n] = gpus_on.get(n, 0) + a.whole_gpus
 
-        def value(n: int) -> tuple[float, int]:
+        rank = {v: i for i, v in enumerate(ids)}
+
+        def value(n: int) -> tuple[float, int, int]:
+            # Equal room per GPU: the node whose most preferred candidate comes first (``ids`` is in
+            # preference order), so a tie spares the gang that has done more work, then node order.
             gain = (cap.free[n] + gpus_on[n]) // g - cap.free[n] // g
-            return (gpus_on[n] / gain if gain else float("inf"), n)
+            return (gpus_on[n] / gain if gain else float("inf"), rank[on_node[n][0]], n)
 
         ordered: list[str] = []
         seen: set[str] = set()

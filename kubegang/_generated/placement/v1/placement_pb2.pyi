@@ -164,12 +164,14 @@ class ReleaseResponse(_message.Message):
     def __init__(self, released: _Optional[bool] = ..., gpus_freed: _Optional[int] = ...) -> None: ...
 
 class WhatIfRequest(_message.Message):
-    __slots__ = ("gang", "candidate_job_uids")
+    __slots__ = ("gang", "candidate_job_uids", "gone_job_uids")
     GANG_FIELD_NUMBER: _ClassVar[int]
     CANDIDATE_JOB_UIDS_FIELD_NUMBER: _ClassVar[int]
+    GONE_JOB_UIDS_FIELD_NUMBER: _ClassVar[int]
     gang: Gang
     candidate_job_uids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, gang: _Optional[_Union[Gang, _Mapping]] = ..., candidate_job_uids: _Optional[_Iterable[str]] = ...) -> None: ...
+    gone_job_uids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, gang: _Optional[_Union[Gang, _Mapping]] = ..., candidate_job_uids: _Optional[_Iterable[str]] = ..., gone_job_uids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WhatIfResponse(_message.Message):
     __slots__ = ("feasible", "victim_job_uids", "placement", "reasons", "shortfall")

@@ -523,9 +523,9 @@ class ClusterCache:
 
     def source_complete(self, job: JobView) -> bool:
         """Whether a pod group's job has all of its pods (always true for every other job)."""
-        return self._missing_source_pods(job) <= 0
+        return self.missing_source_pods(job) <= 0
 
-    def _missing_source_pods(self, job: JobView) -> int:
+    def missing_source_pods(self, job: JobView) -> int:
         """How many pods a pod group's job still lacks (0 for every other job)."""
         source = job.spec.pod_source
         if source is None or source.kind not in GANG_KINDS:
@@ -556,7 +556,7 @@ class ClusterCache:
                 out.append(HeldBack(job, WaitReason.PREVIOUS_PODS_TERMINATING, _terminating(job.namespace, overdue),
                                     tuple(p.name for p in overdue)))
         for job in self.jobs_among(self._waiting & self.sourced):
-            missing = self._missing_source_pods(job)
+            missing = self.missing_source_pods(job)
             if missing <= 0 or job.phase is Phase.UNSCHEDULABLE:
                 continue
             # The grace delays the first report only: once written, the report goes on (its own write

@@ -112,6 +112,8 @@ class Engine:
             self.add_job(body)
         for pod in objects.pods:
             self.cache.upsert_pod(pod)
+            # As the operator's watch does: a pod group is complete, and so offered to the cycle, by its pods.
+            self.cache.upsert_source_pod(pod)
         self.book = QuotaBook(self.cache.priority_of, lambda: self.cache.gpu_products)
         self.problems = self.book.set_queues(list(self.cache.queues.values()))
         for job in self.cache.holding():

@@ -16,6 +16,7 @@ from kubegang.admission import AdmitResult, WaitReason
 from kubegang.kubectl._engine import Engine
 from kubegang.kubectl._render import Style, age, gpus, table
 from kubegang.kubectl._runtime import RunTimes
+from kubegang.operator._cache import HeldBack
 from kubegang.operator._conditions import CondType, get_condition
 from kubegang.operator._extender_placement import gang_request
 from kubegang.operator._job import JobView
@@ -33,6 +34,28 @@ def _condition(job: JobView) -> Mapping[str, Any]:
     cond_type = _PHASE_CONDITION.get(job.phase.value)
     cond = get_condition(job.status.get("conditions") or [], cond_type) if cond_type else None
     return cond or {}
+
+
+def _held_back(engine: Engine, job: JobView, now: dt.datetime) -> HeldBack | None:
+    """The operator's own rule (``ClusterCache.held_back``): whether it leaves ``job`` out of its cycle
+    now, and what it writes on it then."""
+    engine.pending()  # held_back is as of the last pending call
+    return next((h for h in engine.cache.held_back(now) if h.job.uid == job.uid), None)
+
+
+def _held_back_report(engine: Engine, held: HeldBack) -> tuple[dict[str, Any], str]:
+    """``heldBack`` of the report, and what the job waits for before it can be admitted."""
+    out: dict[str, Any] = {"reason": held.reason.value, "message": held.message}
+    if held.reason is WaitReason.PREVIOUS_PODS_TERMINATING:
+        out["pods"] = list(held.subject)
+        one = len(held.subject) == 1
+        return out, (f"{'pod' if one else 'pods'} {_some(list(held.subject))} of its previous attempt "
+                     f"{'is' if one else 'are'} gone")
+    job = held.job
+    missing = engine.cache.missing_source_pods(job)  # the count the operator's message names
+    out["missingPods"], out["replicas"] = missing, job.replicas
+    return out, (f"the {missing} missing {'pod' if missing == 1 else 'pods'} of its pod group exist "
+                 f"({job.replicas - missing} of {job.replicas} do)")
 
 
 def _job_row(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]:
@@ -176,24 +199,31 @@ def why_report(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]
     missing = engine.missing_priority_class(job)
     if missing is not None:  # the operator holds it back, whatever quota and GPUs say
         report["priorityClassNotFound"] = missing
-    if unseen is not None:  # no nodes: every placement answer would be "no place", which is not true
-        report["placementNow"] = report["nextCycle"] = {"unknown": unseen}
+    held_back = _held_back(engine, job, now)
+    if held_back is not None:  # the operator leaves it out of its cycle for now, and says why on the job
+        report["heldBack"], until = _held_back_report(engine, held_back)
+    # No nodes: every placement answer would be "no place", which is not true.
+    report["placementNow"] = {"unknown": unseen} if unseen is not None else _placement_now(engine, job)
+    if missing is not None:  # the cycle leaves it out: not a candidate, it neither waits nor preempts
+        report["nextCycle"] = {"considered": False, "result": "Unschedulable",
+                               "reason": WaitReason.PRIORITY_CLASS_NOT_FOUND.value, "message": missing}
+        report["estimate"] = {"known": False, "why": "its spec.priorityClassName names no PriorityClass: it is "
+                              "not admitted until the class is created or the field is changed"}
+    elif held_back is not None:  # likewise, until what it waits for is resolved (whatever quota and GPUs say)
+        report["nextCycle"] = {"considered": False, "result": "Queued", "reason": held_back.reason.value,
+                               "message": held_back.message}
+        report["estimate"] = {"known": False, "why": f"it is not admitted until {until}"}
+    elif unseen is not None:
+        report["nextCycle"] = {"unknown": unseen}
         report["estimate"] = {"known": False, "why": unseen}
     else:
-        report["placementNow"] = _placement_now(engine, job)
-        if missing is not None:  # the cycle leaves it out: not a candidate, it neither waits nor preempts
-            report["nextCycle"] = {"considered": False, "result": "Unschedulable",
-                                   "reason": WaitReason.PRIORITY_CLASS_NOT_FOUND.value, "message": missing}
-            report["estimate"] = {"known": False, "why": "its spec.priorityClassName names no PriorityClass: it is "
-                                  "not admitted until the class is created or the field is changed"}
-        else:
-            report["estimate"] = _estimate(engine, job, now)
-            first = len(pos.ahead) if pos is not None else 0
-            if report["estimate"]["known"] and first:
-                report["estimate"]["basis"] += f" (not counting the {first} job(s) ahead of it, which go first)"
-            report["nextCycle"] = _next_cycle(engine, job)
-        if engine.placement_partial:
-            report["placementNow"]["partial"] = report["nextCycle"]["partial"] = engine.placement_partial
+        report["estimate"] = _estimate(engine, job, now)
+        first = len(pos.ahead) if pos is not None else 0
+        if report["estimate"]["known"] and first:
+            report["estimate"]["basis"] += f" (not counting the {first} job(s) ahead of it, which go first)"
+        report["nextCycle"] = _next_cycle(engine, job)
+    if unseen is None and engine.placement_partial:
+        report["placementNow"]["partial"] = report["nextCycle"]["partial"] = engine.placement_partial
     message = str(cond.get("message") or "")
     held = engine.reservations_held()
     own = held.pop(job.uid, None)

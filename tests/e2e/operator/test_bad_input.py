@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from .conftest import H100
+from .test_kubectl_gang import gang
 
 
 def _event_reasons(ops: Any, name: str) -> list[str]:
@@ -103,9 +104,21 @@ def test_a_running_gang_whose_replicas_are_edited_is_requeued_whole_at_its_new_s
     assert "spec.replicas changed 2 -> 4" in message, message
 
 
+def _why_held_back(ops: Any, name: str, reason: str) -> dict[str, Any]:
+    """``kubectl gang why NAME`` as a user runs it, for a job the operator holds back: it names the reason
+    (not "it would not be a head") and gives no "could start" estimate. Returns ``heldBack`` of ``-o json``."""
+    text = gang(ops, "why", name, "-n", ops.namespace).stdout
+    assert f"Next cycle: not considered ({reason})" in text, text
+    assert "Estimate: none (it is not admitted until" in text and "could start" not in text, text
+    report = json.loads(gang(ops, "why", name, "-n", ops.namespace, "-o", "json").stdout)
+    assert report["heldBack"]["reason"] == reason and report["estimate"]["known"] is False, report
+    return dict(report["heldBack"])
+
+
 def test_a_pod_group_missing_pods_and_a_gang_waiting_on_a_stuck_pod_say_what_they_wait_for(ops: Any) -> None:
     """docs/operator.md, ``WaitingForPods`` and ``PreviousPodsTerminating``: both waits used to write
-    nothing at all (the second kept "restarting the whole gang" for as long as the pod stayed)."""
+    nothing at all (the second kept "restarting the whole gang" for as long as the pod stayed). ``kubectl
+    gang why`` says the same (it used to say "not considered (it would not be a head)" and estimate a start)."""
     ops.cluster.use_shape("superpod-h100")
     q = ops.queue("waits", [(H100, 32)])
     pod = {"apiVersion": "v1", "kind": "Pod",
@@ -132,6 +145,8 @@ def test_a_pod_group_missing_pods_and_a_gang_waiting_on_a_stuck_pod_say_what_the
         cond = ops.condition("podgroup-lonely", "Queued")
         assert cond is not None and "waiting for 2 more pods of pod group lonely" in cond["message"], lonely
         assert "kubegang.io/group-size=3" in cond["message"], cond
+        held = _why_held_back(ops, "podgroup-lonely", "WaitingForPods")
+        assert (held["missingPods"], held["replicas"]) == (2, 3), held
 
         ops.cluster.wait_for("the restarted gang to name the pod it waits for", lambda: (
             ops.status("stuck").get("reason") == "PreviousPodsTerminating"), timeout=120)
@@ -139,6 +154,8 @@ def test_a_pod_group_missing_pods_and_a_gang_waiting_on_a_stuck_pod_say_what_the
         assert cond is not None and first["metadata"]["name"] in cond["message"], cond
         assert "example.com/hold" in cond["message"], cond
         assert "PreviousPodsTerminating" in _event_reasons(ops, "stuck")
+        held = _why_held_back(ops, "stuck", "PreviousPodsTerminating")
+        assert held["pods"] == [first["metadata"]["name"]], held
     finally:
         for name in [p["metadata"]["name"] for p in ops.cluster.get_json("pods", "-n", ops.namespace)["items"]]:
             ops.cluster.kubectl("patch", "pod", name, "-n", ops.namespace, "--type=merge", "-p",

@@ -1,8 +1,8 @@
 """Largest placeable gang per level: the fragmentation metric.
 
-"How big a job could start right now if it must stay inside one leaf / spine / ...": exported as a
-Prometheus gauge by the extender and sampled over time by the simulator. It reads only the
-capacity index (GPU counts; node selectors and taints are per job, so they are not modelled).
+"How big a job could start right now if it must stay inside one leaf / spine / ...": shown by
+``kubectl gang nodes`` and sampled over time by the simulator (no process exports it as a metric
+yet). It reads only the capacity index (GPU counts; node selectors and taints are per job, so they are not modelled).
 """
 
 from __future__ import annotations

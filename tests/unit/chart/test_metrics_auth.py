@@ -99,3 +99,28 @@ def test_auth_off_is_plain_http_as_before(render: Render) -> None:
     endpoint = objects.one("ServiceMonitor", "kg-kubegang")["spec"]["endpoints"][0]
     assert "scheme" not in endpoint and "tlsConfig" not in endpoint
     assert "scheme" not in _container(objects, "extender")["readinessProbe"]["httpGet"]
+
+
+def test_the_by_hand_scrape_in_docs_metrics_names_the_objects_of_the_documented_release(render: Render) -> None:
+    """docs/metrics.md's "By hand" commands are copied by users as they stand: the Secret they read and
+    the server name they resolve must be the ones the chart makes for docs/install.md's release
+    (``kubegang`` in ``kubegang-system``). They said ``kubegang-kubegang-...``, which no release has."""
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
+    secret_cmd = re.search(r"kubectl get secret -n (\S+) (\S+) ", doc)
+    resolve = re.search(r"--resolve ([^:\s]+):(\d+):\$POD_IP", doc)
+    url = re.search(r"https://([^:/\s]+):(\d+)/metrics", doc)
+    assert secret_cmd and resolve and url, "docs/metrics.md no longer has the by-hand commands this test reads"
+    namespace, secret_name = secret_cmd.groups()
+    objects = render(namespace=namespace, release="kubegang")
+    secret = objects.one("Secret", "-metrics-tls")
+    assert secret["metadata"]["name"] == secret_name
+    assert secret["metadata"]["namespace"] == namespace
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert resolve.group(1) == url.group(1) and resolve.group(1) in names
+    ports = {p["containerPort"] for component in COMPONENTS for p in _container(objects, component).get("ports", [])
+             if p.get("name") == "metrics"}
+    assert int(resolve.group(2)) == int(url.group(2)) and int(url.group(2)) in ports, ports

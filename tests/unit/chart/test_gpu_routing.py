@@ -98,6 +98,13 @@ def test_more_excluded_namespaces_and_a_namespace_selector(render: Render) -> No
     assert selector["matchLabels"] == {"gpu": "allowed"}
     assert {"key": "tier", "operator": "Exists"} in selector["matchExpressions"]
     assert OPT_OUT in selector["matchExpressions"], "the opt-out label always applies"
+    # The RayCluster hold: the queue label is the opt-in, so only the exclusions scope it (charts README).
+    objects_ray = render("gpuRouting.excludeNamespaces={kube-system,monitoring}",
+                               "gpuRouting.namespaceSelector.matchLabels.gpu=allowed", namespace="kubegang-system")
+    ray = objects_ray.one("MutatingAdmissionPolicyBinding", "-gpu-routing-rayclusters")
+    assert ray["spec"]["matchResources"]["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+         "values": ["kube-system", "monitoring", "kubegang-system"]}]}
 
 
 def test_can_be_turned_off(render: Render) -> None:

@@ -167,6 +167,39 @@ def test_high_priority_job_preempts_only_as_many_lower_priority_gangs_as_it_need
         assert ops.status(name)["phase"] == "Running" and len(ops.running_pods(name)) == 2
 
 
+def test_a_job_behind_a_preempting_head_of_its_queue_says_it_waits_behind_it(ops: Any) -> None:
+    """docs/operator.md, Reading conditions: `WaitingInQueue` names the job of its queue the cycle stopped
+    at. Victims' pods held Terminating by a finalizer keep the preemptor Preempting, and a queue whose head
+    is preempting for room tries none of the jobs behind it."""
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("behind", [(H100, 32)], preemption={"withinQueue": "LowerPriority"})
+    lows = ["low-0", "low-1"]
+    for name in lows:  # 2 x 16 GPUs fill the queue
+        ops.job(name, q, 2, 8, priority=0)
+    for name in lows:
+        ops.wait_phase(name, "Running", timeout=90)
+    held = [p["metadata"]["name"] for name in lows for p in ops.pods(name)]
+    for pod in held:
+        ops.cluster.kubectl("patch", "pod", pod, "-n", ops.namespace, "--type=merge", "-p",
+                            '{"metadata":{"finalizers":["example.com/hold"]}}')
+    try:
+        ops.job("high", q, 2, 8, priority=100)
+        ops.cluster.wait_for("high to preempt", lambda: ops.status("high").get("reason") == "Preempting",
+                             timeout=90)
+        ops.job("mid", q, 1, 8, priority=50)
+        status = ops.wait_phase("mid", "Queued", timeout=60)
+        cond = ops.condition("mid", "Queued")
+        assert status.get("reason") == "WaitingInQueue", status
+        expected = f"waiting in queue {q} behind {ops.namespace}/high (Preempting)"
+        assert cond is not None and cond["message"] == expected, cond
+        assert ops.pods("mid") == []
+    finally:
+        for pod in held:
+            ops.cluster.kubectl("patch", "pod", pod, "-n", ops.namespace, "--type=merge", "-p",
+                                '{"metadata":{"finalizers":null}}', check=False)
+    ops.wait_phase("high", "Running", timeout=120)
+
+
 def test_without_a_preemption_policy_a_higher_priority_job_waits_for_quota_and_evicts_nothing(ops: Any) -> None:
     """docs/api.md: `preemption.withinQueue` defaults to `Never`."""
     import time

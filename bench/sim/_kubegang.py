@@ -224,7 +224,8 @@ class KubegangPolicy:
         self.cycle: AdmissionCycle[_SimJob, Placement] = AdmissionCycle(
             self.quota, settings=self.settings, clock=lambda: self.now)
         self.waiting_jobs: dict[str, _SimJob] = {}
-        self._step = Step()
+        self._events: list[tuple[bool, str]] = []
+        """(started?, job) of the pass so far, in the order the cycle's effects came (``_settled``)."""
 
     def submit(self, job: Job, now: float) -> None:
         self.now = now
@@ -247,27 +248,29 @@ class KubegangPolicy:
         return None
 
     def schedule(self, now: float) -> Step:
-        step = Step()
+        events: list[tuple[bool, str]] = []
         for _ in range(MAX_CYCLES_PER_PASS):
             if not self.waiting_jobs:
                 break
-            one, changed = self.run_cycle(now)
-            step.started += one.started
-            step.evicted += one.evicted
+            changed = self._run(now)
+            events += self._events
             if not changed:
                 break
-        return step
+        return _settled(events)
 
     def run_cycle(self, now: float) -> tuple[Step, bool]:
         """One production cycle at ``now``: what it admitted and evicted, and whether it admitted or
         preempted anything (the operator's loop runs the next cycle at once only then). A driver that
         models the operator's timing (``bench.sim._sweep``) calls this once per loop step."""
+        changed = self._run(now)
+        return _settled(self._events), changed
+
+    def _run(self, now: float) -> bool:
         self.now = now
-        self._step = Step()
+        self._events = []
         entries = run_sync(
             self.cycle.schedule(list(self.waiting_jobs.values()), holds_pods=lambda uid: False), self._answer)
-        changed = any(e.result in (AdmitResult.ADMITTED, AdmitResult.PREEMPTING) for e in entries)
-        return self._step, changed
+        return any(e.result in (AdmitResult.ADMITTED, AdmitResult.PREEMPTING) for e in entries)
 
     def _answer(self, effect: Effect[_SimJob, Placement]) -> Any:
         """The simulated cluster's answer to one effect of the cycle (the extender's and the API's part)."""
@@ -294,11 +297,11 @@ class KubegangPolicy:
             self.snapshot.release(victim.uid)
             self.quota.release(victim.uid)
             self.waiting_jobs[victim.uid] = victim
-            self._step.evicted.append(victim.uid)
+            self._events.append((False, victim.uid))
             return None
         if isinstance(effect, Admit):
             self.waiting_jobs.pop(effect.job.uid, None)
-            self._step.started.append(effect.job.uid)
+            self._events.append((True, effect.job.uid))
             return None
         raise TypeError(f"unknown effect {effect!r}")
 
@@ -313,3 +316,19 @@ class KubegangPolicy:
         if found is None:
             return WhatIfAnswer(None)
         return WhatIfAnswer(found.victims, frozenset(found.placement.nodes))
+
+
+def _settled(events: Sequence[tuple[bool, str]]) -> Step:
+    """The ``Step`` the simulator applies (evictions first, then starts) for ``events`` in the order the
+    cycles made them: a gang admitted and then evicted in the same pass (a later cycle's, or a later
+    round's, preemptor) is evicted, not started; one evicted and admitted again is both. Two lists
+    without that order made such a gang run in the simulator while kubegang had requeued it: its GPUs
+    counted twice once it was admitted again (allocation above 100%), its completion reported for a
+    waiting job."""
+    last: dict[str, bool] = {}
+    evicted: dict[str, None] = {}
+    for started, uid in events:
+        last[uid] = started
+        if not started:
+            evicted[uid] = None
+    return Step(started=[uid for uid, started in last.items() if started], evicted=list(evicted))

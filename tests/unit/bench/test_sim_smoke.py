@@ -213,3 +213,34 @@ def test_a_gang_evicted_for_a_preemptor_is_not_evicted_again_and_again() -> None
     result = simulate(Counting(), cluster, jobs, seed=1)
     assert result.metrics.completed == len(jobs)
     assert evicted
+
+
+def test_a_gang_admitted_and_evicted_in_one_pass_does_not_run_in_the_simulator() -> None:
+    """A pass runs several cycles; a gang admitted by one and evicted for a later one's preemptor was
+    reported both started and evicted, and the simulator (evictions first, then starts) ran it while
+    kubegang had requeued it: on this seed a gang started again while it "ran", its GPUs counted twice
+    (allocation above 100% on others). The pass now reports what the cycles' effects add up to."""
+    cluster = load_cluster("superpod-h100")
+    spec = dataclasses.replace(benchmark_spec("kalos", 300, 3), priority_share=0.2)
+    jobs = for_cluster(spec, cluster)
+    running: set[str] = set()
+
+    class Checking(KubegangPolicy):
+        def schedule(self, now: float) -> Step:
+            step = super().schedule(now)
+            running.difference_update(step.evicted)
+            again = [uid for uid in step.started if uid in running]
+            assert not again, f"started while the simulator runs it: {again} at {now}"
+            running.update(step.started)
+            assert running.isdisjoint(self.waiting_jobs), f"running and waiting: {running & set(self.waiting_jobs)}"
+            return step
+
+        def finished(self, job: Job, now: float) -> None:
+            assert job.id in running, f"{job.id} finished without running"
+            running.discard(job.id)
+            super().finished(job, now)
+
+    result = simulate(Checking(), cluster, jobs, seed=3)
+    assert result.metrics.completed == len(jobs)
+    assert result.metrics.evictions > 0
+    assert result.metrics.alloc_arrivals <= 1.0

@@ -167,6 +167,8 @@ class Admission:
         for job in self.cache.holding():
             # An admission is a fact even if a lowered quota would refuse it today: record, not admit.
             self.quota.record(job)
+        for holder in self.cache.unread_holding.values():
+            self.quota.record_holder(holder)
         for queue in self.cache.queues:
             # At 0 before the queue's first admission: a counter that appears at 1 shows no increase(),
             # and KubegangQueueStarving would read a queue that just admitted as one that did not.
@@ -182,8 +184,17 @@ class Admission:
         is undone here (its quota released), then comes back through the watch as Admitted, and the
         supervisor finishes that gang: uncounted, a second gang was admitted onto the same quota."""
         for uid in self._changed.take():
+            # A holding job never readable is counted from its status (``ClusterCache.unread_holding``)
+            # until it is readable (then counted once, as the job it is), holds nothing or is deleted.
+            holder = self.cache.unread_holding.get(uid)
+            if holder is not None:
+                if self.quota.record_holder(holder):
+                    log.warning("%s holds an admission but its spec cannot be read: %s GPUs counted in queue "
+                                "%s from its status", holder.key, holder.gpus, holder.queue)
+                continue
+            released = self.quota.release_holder(uid)
             job = self.cache.job(uid)
-            if job is not None and job.phase in HOLDING_PHASES and self.quota.record(job):
+            if job is not None and job.phase in HOLDING_PHASES and self.quota.record(job) and not released:
                 log.warning("%s holds an admission the quota book did not count (a write whose answer was "
                             "lost?): counted now", job.key)
 

@@ -9,19 +9,34 @@ leader just decided (assume-then-confirm), so the next cycle does not admit the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import itertools
+import logging
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import pydantic
+
 from kubegang.admission import WaitReason
-from kubegang.api import GROUP_SIZE_LABEL, QUEUE_LABEL, PodSourceKind, scheduling_group_name, selected_source
+from kubegang.api import (
+    GROUP_SIZE_LABEL,
+    QUEUE_LABEL,
+    Placement,
+    PodSourceKind,
+    scheduling_group_name,
+    selected_source,
+)
 from kubegang.operator._changes import ChangedJobs
 from kubegang.operator._conditions import FINISHED_PHASES, CondType, Phase, parse_rfc3339
 from kubegang.operator._job import JobSpecError, JobView, job_view
 from kubegang.operator._lifecycle import PodState, pod_state
+from kubegang.placement import MILLI
 from kubegang.podcontract import JOB_UID_LABEL
+
+log = logging.getLogger("kubegang.operator.cache")
 
 SourceKey = tuple[str, PodSourceKind, str]
 """(namespace, kind, name) of a RayCluster, a labelled pod group or a native (``scheduling.k8s.io``) PodGroup."""
@@ -29,6 +44,56 @@ GANG_KINDS = frozenset({PodSourceKind.POD_GROUP, PodSourceKind.SCHEDULING_GROUP}
 """Sources whose pods exist before admission (a controller made them): admitted once all of them exist,
 deleted on requeue for their controller to make anew."""
 FINISHED_POD_PHASES = ("Succeeded", "Failed")
+
+
+@dataclasses.dataclass(frozen=True)
+class UnreadHolding:
+    """What a job that holds an admission says it holds, read without its spec (which the operator's
+    model refuses, and which it never read): its queue and its status. Counted in the quota tree as a
+    holder (``QuotaBook.record_holder``), so that its queue's quota is not given to another gang; never a
+    JobView, so never a preemption candidate nor among the running gangs (the cycle cannot evict, place
+    again or supervise what it cannot read)."""
+
+    uid: str
+    """metadata.uid."""
+    key: str
+    """namespace/name (logs)."""
+    queue: str
+    """spec.queue."""
+    milli: int
+    """status.totalGPUs (the whole gang's GPUs, a fraction for shared GPUs) in thousandths of a GPU."""
+    nodes: frozenset[str] = frozenset()
+    """The nodes of status.placement (its quota flavour is derived from their GPU product); empty when
+    absent or malformed."""
+
+    @property
+    def gpus(self) -> str:
+        """status.totalGPUs as a person writes it (8, 0.25)."""
+        return f"{self.milli / MILLI:g}"
+
+
+def unread_holding(uid: str, body: Mapping[str, Any]) -> UnreadHolding | str:
+    """What ``body`` (a job that holds an admission) says it holds without the spec model, or why even
+    that cannot be read (the field, and what is wrong with it)."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec")
+    raw = body.get("status")
+    status: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    queue = spec.get("queue") if isinstance(spec, Mapping) else None
+    if not isinstance(queue, str) or not queue:
+        return "spec.queue is missing" if queue is None else f"spec.queue is not a queue name: {queue!r}"
+    total = status.get("totalGPUs")
+    if isinstance(total, bool) or not isinstance(total, int | float) or not math.isfinite(total) or total < 0:
+        return "status.totalGPUs is missing" if total is None else \
+            f"status.totalGPUs is not a number of GPUs: {total!r}"
+    nodes: frozenset[str] = frozenset()
+    placement = status.get("placement")
+    if isinstance(placement, Mapping):
+        # Malformed: the first flavour of its queue's path, as for an admission placed on no known node.
+        with contextlib.suppress(pydantic.ValidationError):
+            nodes = Placement.model_validate(placement).nodes
+    return UnreadHolding(uid=uid, key=f"{meta.get('namespace')}/{meta.get('name')}", queue=queue,
+                         milli=round(total * MILLI), nodes=nodes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +127,11 @@ class InvalidJob:
     """The generation of the last readable spec the cache keeps for it: a job that holds an admission
     goes on being counted and supervised as that spec until its spec can be read again (None: nothing
     kept, the operator does not act on it)."""
+    counted: UnreadHolding | None = None
+    """A holding job with nothing kept: what its quota is counted as, read from its status (None with
+    ``uncounted``: not counted, since even that cannot be read)."""
+    uncounted: str | None = None
+    """Why a holding job with nothing kept is not counted (its queue or totalGPUs cannot be read)."""
 
     @property
     def reported(self) -> bool:
@@ -197,6 +267,11 @@ class ClusterCache:
     _missing_class: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
     """UID -> ``spec.priorityClassName`` of readable jobs whose PriorityClass is not in ``priorities``
     (``unknown_priority_class``): they wait, not admissible, until it appears."""
+    unread_holding: dict[str, UnreadHolding] = dataclasses.field(default_factory=dict)
+    """Jobs that hold an admission and were never readable, by UID, as their status says what they hold
+    (``_unreadable``): the leader counts their quota (``Admission._count_holding``). Never in ``jobs``."""
+    _uncounted: set[str] = dataclasses.field(default_factory=set, repr=False)
+    """UIDs of holding jobs never readable whose queue or totalGPUs cannot be read either (logged once)."""
 
     # -- fed by watches -------------------------------------------------------------------------
     def upsert_job(self, body: Mapping[str, Any]) -> JobView | None:
@@ -220,6 +295,7 @@ class ClusterCache:
             self._unreadable(uid, body, str(exc) if isinstance(exc, JobSpecError) else f"cannot read the job: {exc!r}")
             return None
         self.invalid_jobs.pop(uid, None)
+        self._forget_unread(uid)
         self._keep(view)
         self._parsed[view.uid] = (meta.get("generation"), body.get("spec"))
         self._changed(view.uid)
@@ -258,8 +334,11 @@ class ClusterCache:
         resourceVersion (status writes are fenced on it), and goes on being counted and supervised as
         that spec; the user is told by a Warning Event, and the new generation stays unobserved in its
         status. When the spec is readable again, ``upsert_job`` replaces the view as for any edit. A
-        holding job never read before (an operator upgraded over an object the new model refuses) has
-        no view to keep: its phase is left alone, but it is not counted."""
+        holding job never read before (an operator upgraded over an object the new model refuses, or a new
+        leader meeting a job edited while no operator ran) has no view to keep: its phase is left alone
+        and it is not supervised, but its quota is counted from what is readable without the spec model
+        (``unread_holding``: ``spec.queue``, ``status.totalGPUs``, the nodes of ``status.placement``),
+        or not counted (logged once) when even that cannot be read."""
         meta = body.get("metadata") or {}
         raw = body.get("status")
         status: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
@@ -267,19 +346,42 @@ class ClusterCache:
         phase = {**status, **self.assumed.get(uid, {})}.get("phase")
         holds = phase in {p.value for p in HOLDING_PHASES}
         kept: JobView | None = None
+        counted: UnreadHolding | None = None
+        uncounted: str | None = None
         if holds and known is not None:
             kept = dataclasses.replace(known, status=status, resource_version=str(meta.get("resourceVersion") or ""))
             self._keep(kept)
+            self._forget_unread(uid)
         else:
             self._drop(uid)
+            read = unread_holding(uid, body) if holds else None
+            counted = read if isinstance(read, UnreadHolding) else None
+            uncounted = read if isinstance(read, str) else None
+            if counted is not None:
+                self.unread_holding[uid] = counted
+            else:
+                self.unread_holding.pop(uid, None)
+            if uncounted is None:
+                self._uncounted.discard(uid)
+            elif uid not in self._uncounted:
+                self._uncounted.add(uid)
+                log.warning("GPUJob %s/%s holds an admission, but neither its spec (%s) nor what it holds (%s) "
+                            "can be read: its quota is not counted", meta.get("namespace"), meta.get("name"),
+                            error, uncounted)
         generation = meta.get("generation")
         self.invalid_jobs[uid] = InvalidJob(
             namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""), uid=uid,
             generation=generation if isinstance(generation, int) else None, error=error, status=status,
             leave_phase=holds or phase in {p.value for p in FINISHED_PHASES},
-            kept_generation=None if kept is None else kept.generation)
+            kept_generation=None if kept is None else kept.generation, counted=counted, uncounted=uncounted)
         self._changed(uid)
         self.wake.set()
+
+    def _forget_unread(self, uid: str) -> None:
+        """``uid`` is no longer a holding job counted from its status alone (it is readable, kept as a
+        view, holds nothing or is deleted): the leader's next count releases that quota (``_changed``)."""
+        self.unread_holding.pop(uid, None)
+        self._uncounted.discard(uid)
 
     def _drop(self, uid: str) -> None:
         """Take an unreadable job out of ``jobs``: the operator does not act on it until it is readable."""
@@ -298,6 +400,7 @@ class ClusterCache:
         self.versions.pop(uid, None)
         self._parsed.pop(uid, None)
         self._missing_class.pop(uid, None)
+        self._forget_unread(uid)
         self.assumed.pop(uid, None)
         self.unseen_pods.pop(uid, None)
         self._order.pop(uid, None)

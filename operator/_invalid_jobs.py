@@ -11,7 +11,9 @@ A job that holds an admission when its spec becomes unreadable keeps running as 
 (``ClusterCache.upsert_job``), and a finished one keeps its outcome: moving either to Unschedulable
 would say that nothing runs while its pods do (or undo a Succeeded). Its report is the Warning Event
 alone, once per spec and error for this leader; the status's ``observedGeneration`` stays at the spec
-the operator acts on.
+the operator acts on. One that holds an admission and was never readable (nothing to keep) has its
+quota counted from its status (``status.totalGPUs`` in ``spec.queue``), and its Event says so, or says
+it is not counted when even those cannot be read.
 
 A readable job whose ``spec.priorityClassName`` names no PriorityClass waits the same way, with reason
 ``PriorityClassNotFound`` (``ClusterCache.waiting_on_priority_class``): the API server would refuse its
@@ -91,5 +93,11 @@ def _event_only(job: InvalidJob) -> str:
     phase = job.status.get("phase")
     if phase in {p.value for p in (Phase.SUCCEEDED, Phase.FAILED)}:
         return f"{job.error}; the job has {str(phase).lower()}, and that stands"
+    if job.counted is not None:
+        held = job.counted
+        return (f"{job.error}; its pods are left as they are and the operator does not supervise the gang until "
+                f"the spec is fixed, but its quota is counted from its status: {held.gpus} GPUs "
+                f"(status.totalGPUs) in queue {held.queue}")
+    why = f" ({job.uncounted})" if job.uncounted else ""
     return (f"{job.error}; its pods are left as they are, but the operator neither counts its quota nor "
-            "supervises the gang until the spec is fixed")
+            f"supervises the gang until the spec is fixed{why}")

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from kubegang.admission import QuotaPort as CycleQuotaPort
 from kubegang.admission import WhatIfAnswer
 from kubegang.api import Placement, QueueConditionReason
+from kubegang.operator._cache import UnreadHolding
 from kubegang.operator._job import JobView
 from kubegang.operator._types import PlanResult, RepairResult, Verdict
 
@@ -48,6 +49,16 @@ class QuotaPort(CycleQuotaPort[JobView], Protocol):
     def record(self, job: JobView) -> bool:
         """Account a job that already holds an admission, without checking limits (rebuilds); True
         when it was not counted before."""
+        ...
+
+    def record_holder(self, holder: UnreadHolding) -> bool:
+        """Count a holding job whose spec was never readable from its status (``ClusterCache.unread_holding``),
+        without checking limits; True when it was not counted so before. It is no preemption candidate and
+        not among the running jobs: the cycle cannot evict or plan around what it cannot read."""
+        ...
+
+    def release_holder(self, job_uid: str) -> bool:
+        """Release ``job_uid`` if it is counted as such a holder; True when it was."""
         ...
 
     def usage(self) -> Mapping[str, QueueUsage]:

@@ -31,6 +31,7 @@ import pydantic
 
 from kubegang.admission import Preemptible, quota_verdict
 from kubegang.api import GPUQueue, QueueConditionReason
+from kubegang.operator._cache import UnreadHolding
 from kubegang.operator._job import JobView
 from kubegang.operator._ports import LeftOut, QueueUsage
 from kubegang.operator._types import Verdict, WaitReason
@@ -157,6 +158,8 @@ class QuotaBook:
         self._queue_priority: dict[str, int] = {}
         self._reserve_after: dict[str, float] = {}
         self._held: dict[str, JobView] = {}
+        self._holders: dict[str, tuple[str, dict[str, int]]] = {}
+        """UID -> (queue, usage) of the jobs counted from their status alone (``record_holder``)."""
         self._order: dict[str, int] = {}
         """Job UID -> when this book first recorded it (a counter): which of two gangs that started
         in the same second (``startedAt`` has whole seconds) was admitted later."""
@@ -205,6 +208,7 @@ class QuotaBook:
         self._queue_priority = priorities
         self._reserve_after = reserve_after
         self._held = {}
+        self._holders = {}
         self._order = {}
         return problems
 
@@ -263,8 +267,15 @@ class QuotaBook:
         assigned = self._assigned.get(job.uid)
         if assigned:
             return assigned
-        flavors = self.path_flavors(job.queue)
-        placed = _placed_products(job, self.node_products())
+        placement = job.placement
+        return self.placed_flavor(job.queue, placement.nodes if placement is not None else frozenset())
+
+    def placed_flavor(self, queue: str, nodes: Iterable[str]) -> str:
+        """The flavour of an admission of ``queue`` read back from the API, placed on ``nodes``: their
+        GPU product when that is one of the queue path's flavours, else the path's first flavour."""
+        flavors = self.path_flavors(queue)
+        products = self.node_products()
+        placed = {products[node] for node in nodes if node in products}
         return next((f for f in flavors if f in placed), flavors[0])
 
     def usage_of(self, job: JobView) -> dict[str, int]:
@@ -354,6 +365,42 @@ class QuotaBook:
         self._keep(held)
         return True
 
+    def record_holder(self, holder: UnreadHolding) -> bool:
+        """Account a job that holds an admission but whose spec was never readable, as its status says
+        (queue, ``totalGPUs``, the flavour of its placement's nodes), without checking limits; True when
+        it was not counted so before (a change of what its status says replaces the old count).
+
+        Only the tree holds it: it is not in ``running`` nor a preemption candidate, since the cycle
+        cannot evict (nor place again, nor supervise) a gang whose spec it cannot read. Once readable, it
+        is released (``release_holder``) and recorded as the job it is."""
+        usage = {self.placed_flavor(holder.queue, holder.nodes): holder.milli} if holder.milli else {}
+        counted = self._holders.get(holder.uid)
+        if counted == (holder.queue, usage):
+            return False
+        if holder.uid in self.tree:
+            if counted is None:
+                return False  # counted as a readable job already: never twice
+            self.release(holder.uid)
+        try:
+            self.tree.record(holder.uid, holder.queue, usage)
+        except KeyError:
+            log.warning("job %s holds GPUs in queue %s, which is not in the quota tree: not counted",
+                        holder.key, holder.queue)
+            return False
+        except ValueError as exc:
+            log.error("cannot account job %s in queue %s: %s", holder.key, holder.queue, exc)
+            return False
+        self._holders[holder.uid] = (holder.queue, usage)
+        return True
+
+    def release_holder(self, job_uid: str) -> bool:
+        """Release the quota of ``job_uid`` if it is counted from its status alone (``record_holder``);
+        True when it was."""
+        if job_uid not in self._holders:
+            return False
+        self.release(job_uid)
+        return True
+
     def _keep(self, held: JobView) -> None:
         assert held.flavor is not None
         if held.uid not in self._held:
@@ -365,6 +412,7 @@ class QuotaBook:
     def release(self, job_uid: str) -> None:
         self.tree.release(job_uid)
         self._held.pop(job_uid, None)
+        self._holders.pop(job_uid, None)
         self._order.pop(job_uid, None)
         self._assigned.pop(job_uid, None)
 
@@ -463,12 +511,6 @@ def _listed(quotas: Iterable[Mapping[str, object]]) -> list[str]:
     for listing in quotas:
         out.extend(f for f in listing if f not in out and not is_mig_flavor(f))
     return out
-
-
-def _placed_products(job: JobView, node_products: Mapping[str, str]) -> set[str]:
-    placement = job.placement
-    nodes = placement.nodes if placement is not None else frozenset()
-    return {node_products[node] for node in nodes if node in node_products}
 
 
 def _why(reason: CandidateReason, preemptor: JobView, victim: JobView) -> str:

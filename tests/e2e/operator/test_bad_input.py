@@ -14,6 +14,9 @@ import json
 import time
 from typing import Any
 
+import pytest
+
+from .. import processes
 from .conftest import H100
 from .test_kubectl_gang import gang
 
@@ -71,6 +74,44 @@ def test_a_running_job_edited_into_an_unreadable_spec_runs_on_counted_in_its_que
 
     ops.cluster.kubectl("delete", "gpujob", "runner", "-n", ops.namespace)
     ops.wait_phase("waiter", "Running", timeout=90)  # deleting it while unreadable gave its quota back
+
+
+def test_a_holding_job_the_restarted_operators_never_read_is_counted_from_its_status(
+        ops: Any, request: pytest.FixtureRequest) -> None:
+    """An operator that starts (an upgrade, both replicas restarted) over a Running job whose spec it
+    cannot read has no last readable spec to keep: it counts the job's quota from its status
+    (docs/operator.md, InvalidSpec). Before, that quota was free and a second gang was admitted over it."""
+    assert ops.cluster.cluster_dir is not None, "the test restarts the operators hack/cluster starts"
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("unread", [(H100, 16)])
+    ops.job("old", q, 2, 8)
+    ops.wait_phase("old", "Running", timeout=90)
+    request.addfinalizer(ops.kubegang.restart)  # whatever happens, later tests get both operators back
+    ports = ops.kubegang.ports["operator_metrics"]
+    replicas = [f"kubegang-operator-{i}" for i in range(len(ports))]
+    argvs = {name: processes.kill(ops.cluster.cluster_dir, name) for name in replicas}
+    # Edited while no operator runs: the template keeps unknown fields, so "two" CPUs passes the API.
+    ops.cluster.kubectl("patch", "gpujob", "old", "-n", ops.namespace, "--type=json", "-p", json.dumps([
+        {"op": "add", "path": "/spec/template/spec/containers/0/resources/requests", "value": {"cpu": "two"}}]))
+    for name, argv in argvs.items():
+        processes.start(ops.cluster.cluster_dir, ops.cluster.kubeconfig, name, argv)
+    for port in ports:
+        ops.cluster.wait_for("the operator back", lambda port=port: processes.http_ok(
+            f"http://127.0.0.1:{port}/metrics"), timeout=120, interval=0.5)
+    ops.cluster.wait_for("a leader", lambda: ops.leader() is not None, timeout=60)
+    ops.cluster.wait_for("an InvalidSpec Event saying what is counted", lambda: any(
+        e["reason"] == "InvalidSpec" and "its quota is counted from its status: 16 GPUs" in e["message"]
+        for e in ops.events("old")), timeout=60)
+    ops.job("new", q, 1, 8)
+    status = ops.wait_phase("new", "Queued", timeout=60)
+    assert status.get("reason") == "QuotaExhausted", status
+    time.sleep(5)  # a few more cycles
+    assert ops.phase("new") == "Queued" and ops.pods("new") == [], ops.status("new")
+    assert ops.phase("old") == "Running"
+    assert ops.cluster.get_json("gpuqueue", q)["status"]["usedGPUs"] == 16
+
+    ops.cluster.kubectl("delete", "gpujob", "old", "-n", ops.namespace)
+    ops.wait_phase("new", "Running", timeout=90)  # deleting it gave its counted quota back
 
 
 def test_spec_mistakes_that_pods_would_hit_are_refused_at_apply_time(ops: Any) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -122,18 +122,20 @@ class _Service:
     def what_if(self, raw: bytes) -> Message:
         req = _decode(pb.WhatIfRequest, raw)
         gang = gang_from_proto(req.gang)
-        if len(set(req.candidate_job_uids)) != len(req.candidate_job_uids):
-            raise InvalidMessage("candidate_job_uids: each UID at most once")
-        if gang.id in req.candidate_job_uids:
-            raise InvalidMessage("candidate_job_uids: must not contain the gang's own job_uid")
-        gone = list(req.gone_job_uids)
-        if len(set(gone)) != len(gone):
-            raise InvalidMessage("gone_job_uids: each UID at most once")
-        if gang.id in gone:
-            raise InvalidMessage("gone_job_uids: must not contain the gang's own job_uid")
-        if set(gone) & set(req.candidate_job_uids):
+        candidates = _other_gangs("candidate_job_uids", req.candidate_job_uids, gang.id)
+        gone = _other_gangs("gone_job_uids", req.gone_job_uids, gang.id)
+        if set(gone) & set(candidates):
             raise InvalidMessage("gone_job_uids: must not repeat a candidate")
-        return what_if_response(self.authority.what_if(gang, list(req.candidate_job_uids), gone))
+        return what_if_response(self.authority.what_if(gang, candidates, gone))
+
+
+def _other_gangs(field: str, uids: Sequence[str], own: str) -> list[str]:
+    """``uids`` of a WhatIf list, each at most once and never the gang's own."""
+    if len(set(uids)) != len(uids):
+        raise InvalidMessage(f"{field}: each UID at most once")
+    if own in uids:
+        raise InvalidMessage(f"{field}: must not contain the gang's own job_uid")
+    return list(uids)
 
 
 def _decode(cls: type[_M], raw: bytes) -> _M:

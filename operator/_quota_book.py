@@ -351,18 +351,23 @@ class QuotaBook:
         if job.uid in self.tree:
             return False
         held = dataclasses.replace(job, flavor=self.flavor_of(job))
+        if not self._record_in_tree(job.uid, job.key, job.queue, self.usage_of(held)):
+            return False
+        self._keep(held)
+        return True
+
+    def _record_in_tree(self, uid: str, key: str, queue: str, usage: dict[str, int]) -> bool:
+        """Count a holding admission in the tree without checking limits; False (logged) when it cannot be."""
         try:
-            self.tree.record(job.uid, job.queue, self.usage_of(held))
+            self.tree.record(uid, queue, usage)
         except KeyError:
             # Its queue was deleted or left out of the tree: the gang keeps running, its quota is not
             # counted until the queue is back (docs/api.md); every other queue admits as usual.
-            log.warning("job %s holds GPUs in queue %s, which is not in the quota tree: not counted",
-                        job.key, job.queue)
+            log.warning("job %s holds GPUs in queue %s, which is not in the quota tree: not counted", key, queue)
             return False
         except ValueError as exc:
-            log.error("cannot account job %s in queue %s: %s", job.key, job.queue, exc)
+            log.error("cannot account job %s in queue %s: %s", key, queue, exc)
             return False
-        self._keep(held)
         return True
 
     def record_holder(self, holder: UnreadHolding) -> bool:
@@ -381,14 +386,7 @@ class QuotaBook:
             if counted is None:
                 return False  # counted as a readable job already: never twice
             self.release(holder.uid)
-        try:
-            self.tree.record(holder.uid, holder.queue, usage)
-        except KeyError:
-            log.warning("job %s holds GPUs in queue %s, which is not in the quota tree: not counted",
-                        holder.key, holder.queue)
-            return False
-        except ValueError as exc:
-            log.error("cannot account job %s in queue %s: %s", holder.key, holder.queue, exc)
+        if not self._record_in_tree(holder.uid, holder.key, holder.queue, usage):
             return False
         self._holders[holder.uid] = (holder.queue, usage)
         return True

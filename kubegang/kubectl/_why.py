@@ -151,8 +151,9 @@ def _estimate(engine: Engine, job: JobView, now: dt.datetime) -> dict[str, Any]:
     for_quota = engine.book.quota_victims(option, [r.uid for r in known])
     if for_quota is None:
         return {"known": False, "why": "quota would not fit even after every gang with a known run time ends"}
-    answer = engine.what_if(option, [r for r in known if r.uid in for_quota] +
-                            [r for r in known if r.uid not in for_quota])
+    # As the cycle asks it: quota's gangs end in any case, so the GPUs' answer is what must end on top.
+    answer = engine.what_if(option, [r for r in known if r.uid not in for_quota],
+                            gone=[r for r in known if r.uid in for_quota])
     if answer.victims is None:
         return {"known": False, "why": "the GPUs would not fit even after every gang with a known run time ends"}
     waits = list(dict.fromkeys([*for_quota, *answer.victims]))

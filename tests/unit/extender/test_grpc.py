@@ -149,8 +149,9 @@ def _gang_pod(job: str, node: str, gpus: int) -> dict[str, Any]:
             "status": {"phase": "Running"}}
 
 
-@session_loop
-async def test_what_if_over_grpc_is_the_ledgers_planner_answer(pki: PemPaths) -> None:
+async def _serve_small_and_big(pki: PemPaths) -> tuple[Any, Any]:
+    """A real ledger behind the gRPC servicer (both returned): gang "small" holds 2 GPUs of n0, "big" all 8
+    of n1."""
     from kubegang.extender._ledger import Ledger
 
     ledger = Ledger()
@@ -159,7 +160,12 @@ async def test_what_if_over_grpc_is_the_ledgers_planner_answer(pki: PemPaths) ->
     ledger.upsert_pod(_gang_pod("small", "n0", 2))
     ledger.upsert_pod(_gang_pod("big", "n1", 8))
     creds = server_credentials(pki.server_cert, pki.server_key, pki.ca_cert)
-    site = await serve_grpc(ledger, ExtenderMetrics(), "127.0.0.1:0", creds, default_ttl_seconds=60)
+    return await serve_grpc(ledger, ExtenderMetrics(), "127.0.0.1:0", creds, default_ttl_seconds=60), ledger
+
+
+@session_loop
+async def test_what_if_over_grpc_is_the_ledgers_planner_answer(pki: PemPaths) -> None:
+    site, _ = await _serve_small_and_big(pki)
     try:
         async with _client(site, pki) as client:
             one = await client.what_if(GangRequest(id="new", pods=1, gpus_per_pod=8), ["big", "small"])
@@ -179,15 +185,7 @@ async def test_what_if_gone_over_grpc_reaches_the_ledger(pki: PemPaths) -> None:
     # n0: small (2 GPUs); n1: big (8). A 2x8 gang needs both nodes. With big gone already (WhatIf's
     # gone_job_uids), only small is to evict on top of it; a 1x8 gang is placeable by big's node
     # alone (no victim); an older client that sends no gone_job_uids gets the answer it always had.
-    from kubegang.extender._ledger import Ledger
-
-    ledger = Ledger()
-    for name in ("n0", "n1"):
-        ledger.upsert_node(_gpu_node(name))
-    ledger.upsert_pod(_gang_pod("small", "n0", 2))
-    ledger.upsert_pod(_gang_pod("big", "n1", 8))
-    creds = server_credentials(pki.server_cert, pki.server_key, pki.ca_cert)
-    site = await serve_grpc(ledger, ExtenderMetrics(), "127.0.0.1:0", creds, default_ttl_seconds=60)
+    site, ledger = await _serve_small_and_big(pki)
     try:
         async with _client(site, pki) as client:
             two = await client.what_if(GangRequest(id="new", pods=2, gpus_per_pod=8), ["small"], gone=["big"])

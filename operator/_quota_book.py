@@ -47,6 +47,7 @@ from kubegang.quota import (
     QueueSpec,
     QuotaSpecError,
     QuotaTree,
+    Rank,
     ReclaimFromBorrowers,
     RunClass,
     RunningJob,
@@ -296,8 +297,13 @@ class QuotaBook:
         leaves = self.tree.leaves
         waiting = [job for job in pending if job.queue in leaves]
         stray = [job for job in pending if job.queue not in leaves]  # can_admit explains: no such leaf queue
-        return leaf_heads(self.tree, waiting, lambda job: (job.queue, self.priority(job), job.created.timestamp()),
-                          self.pending_job) + stray
+        return leaf_heads(self.tree, waiting, self._rank, self.pending_job) + stray
+
+    def rank(self, job: JobView) -> Rank | None:
+        return self._rank(job) if job.queue in self.tree.leaves else None
+
+    def _rank(self, job: JobView) -> Rank:
+        return job.queue, self.priority(job), job.created.timestamp()
 
     def _namespace_refusal(self, job: JobView) -> Verdict | None:
         """No for a job whose queue cannot take it whatever the usage: unknown, not a leaf, or not

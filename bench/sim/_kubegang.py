@@ -55,6 +55,7 @@ from kubegang.quota import (
     PreemptionPolicy,
     QueueSpec,
     QuotaTree,
+    Rank,
     RunClass,
     RunningJob,
     RunTimeHistory,
@@ -126,8 +127,10 @@ class _TreeQuota:
                 for uid, (job, start) in self.running_jobs.items()]
 
     def order(self, pending: Sequence[_SimJob]) -> list[_SimJob]:
-        return leaf_heads(self.tree, pending, lambda job: (job.queue, job.job.priority, job.job.arrival),
-                          self.pending_job)
+        return leaf_heads(self.tree, pending, self.rank, self.pending_job)
+
+    def rank(self, job: _SimJob) -> Rank:
+        return job.queue, job.job.priority, job.job.arrival
 
     def flavor_options(self, job: _SimJob) -> list[_SimJob]:
         return [job]

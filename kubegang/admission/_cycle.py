@@ -15,7 +15,8 @@ One cycle, as Kueue's ``schedule()``:
    (``Backfill.order``). A head that cannot be admitted steps aside for the next job of its
    queue (BestEffortFIFO backfill), for at most ``max_rounds`` rounds; a head that is preempting
    holds its queue, so nobody behind it takes the GPUs it is freeing (so does a blocked head under
-   StrictFIFO).
+   StrictFIFO). Each queue's jobs are sorted once per cycle (``QueueLanes``, by the port's ``rank``),
+   so a round costs the number of queues, not of waiting jobs.
 3. **Quota** — up the tree, for each flavour the job may use (Kueue's flavour assignment). Never →
    Unschedulable; not now → preemption, else Queued.
 4. **Placement** — ``Plan`` the whole gang (nodes reserved for another job's backfill excluded),
@@ -74,7 +75,7 @@ from kubegang.admission._types import (
     WhatIfAnswer,
     Workload,
 )
-from kubegang.quota import Backfill, BackfillPolicy
+from kubegang.quota import Backfill, BackfillPolicy, QueueLanes, Rank
 
 log = logging.getLogger("kubegang.admission")
 
@@ -185,14 +186,14 @@ class AdmissionCycle(Generic[J, P]):
         # (1) Candidates.
         candidates = [job for job in pending
                       if self._never.get(job.uid) != job.generation and not self._backing_off(job, now)]
-        entries: list[Entry[J, P]] = []
-        tried: set[str] = set()
+        lanes, entries = self._lanes(candidates)
+        tried: set[str] = {entry.job.uid for entry in entries}
         held_queues: set[str] = set()
         last_tried: dict[str, Entry[J, P]] = {}
         """Queue -> the outcome of the last of its jobs tried: what the ones not reached wait behind."""
         for _ in range(self.settings.max_rounds):
-            # (2) Order.
-            ordered, failed = self._order(candidates, now)
+            # (2) Order: the heads of the queues, each queue's next job once its head was tried.
+            ordered, failed = self._order(lanes.fronts(tried), now)
             entries += failed
             tried |= {entry.job.uid for entry in failed}
             heads = [job for job in ordered if job.uid not in tried and job.queue not in held_queues]
@@ -208,11 +209,28 @@ class AdmissionCycle(Generic[J, P]):
                     held_queues.add(job.queue)
                 if entry.result is AdmitResult.UNSCHEDULABLE and entry.reason not in CLUSTER_BOUND:
                     self._never[job.uid] = job.generation
-            candidates = [job for job in candidates if job.uid not in tried]
-        # (7) Outcome of the jobs not reached.
-        entries += [Entry(job, AdmitResult.QUEUED, WaitReason.WAITING_IN_QUEUE,
-                          _behind(job, last_tried.get(job.queue))) for job in candidates]
+        # (7) Outcome of the jobs not reached: one message per queue and namespace, however many wait.
+        messages: dict[tuple[str, str], str] = {}
+        for job in candidates:
+            if job.uid not in tried:
+                where = (job.queue, _namespace(job.key))
+                message = messages.get(where)
+                if message is None:
+                    message = messages[where] = _behind(job, last_tried.get(job.queue))
+                entries.append(Entry(job, AdmitResult.QUEUED, WaitReason.WAITING_IN_QUEUE, message))
         return entries
+
+    def _lanes(self, candidates: list[J]) -> tuple[QueueLanes[J], list[Entry[J, P]]]:
+        """Each queue's candidates in the queue's order (the quota port's ``rank``), sorted once for all
+        of the cycle's rounds; a job that cannot be ranked gets its own error entry."""
+        ranked: list[tuple[J, Rank | None]] = []
+        failed: list[Entry[J, P]] = []
+        for job in candidates:
+            try:
+                ranked.append((job, self.quota.rank(job)))
+            except Exception as exc:
+                failed.append(self._failed(job, exc))
+        return QueueLanes(ranked, _uid), failed
 
     def _order(self, candidates: list[J], now: float) -> tuple[list[J], list[Entry[J, P]]]:
         """The quota port's order, reservation holders first among their priority; a job that breaks it
@@ -613,6 +631,10 @@ class AdmissionCycle(Generic[J, P]):
 def _backoff_seconds(failures: int) -> float:
     """The wait after the ``failures``-th failure in a row: doubling from the first, capped."""
     return float(min(BACKOFF_FIRST_SECONDS * 2 ** (max(failures, 1) - 1), BACKOFF_MAX_SECONDS))
+
+
+def _uid(job: Workload) -> str:
+    return job.uid
 
 
 def _plus(start: float | None, seconds: float | None) -> float | None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from kubegang.admission._types import J, Preemptible, Verdict
-from kubegang.quota import PendingJob
+from kubegang.quota import PendingJob, Rank
 
 
 class QuotaPort(Protocol[J]):
@@ -21,6 +21,12 @@ class QuotaPort(Protocol[J]):
 
     def order(self, pending: Sequence[J]) -> list[J]:
         """The heads of the leaf queues among ``pending``, in fair-share order."""
+        ...
+
+    def rank(self, job: J) -> Rank | None:
+        """``job``'s (leaf queue, priority, creation time), the key ``order`` ranks a queue's jobs by; None
+        for a job in no leaf queue (``order`` gives every such job as a head). The cycle sorts each
+        queue's jobs by it once, so that its rounds pass ``order`` only the queues' heads."""
         ...
 
     def pending_job(self, job: J) -> PendingJob:

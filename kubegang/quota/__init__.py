@@ -26,7 +26,7 @@ from kubegang.quota._candidates import (
 )
 from kubegang.quota._decision import Decision, Ok, Refusal, Shortfall, Unschedulable
 from kubegang.quota._fairshare import dominant_share, share_path
-from kubegang.quota._pending import PendingJob, PendingQueues, admission_order, leaf_heads
+from kubegang.quota._pending import PendingJob, PendingQueues, QueueLanes, Rank, admission_order, leaf_heads
 from kubegang.quota._position import QueuePosition, queue_positions
 from kubegang.quota._runtime import RunClass, RunTimeHistory
 from kubegang.quota._spec import (
@@ -66,6 +66,7 @@ __all__ = [
     "PendingQueues",
     "PreemptionPolicy",
     "ProblemKind",
+    "QueueLanes",
     "QueueNames",
     "QueuePosition",
     "QueueSpec",
@@ -73,6 +74,7 @@ __all__ = [
     "QueueingStrategy",
     "QuotaSpecError",
     "QuotaTree",
+    "Rank",
     "ReclaimFromBorrowers",
     "Refusal",
     "RunClass",

@@ -72,7 +72,10 @@ class Quota:
         return PendingJob(job.uid, job.queue, {"gpu": job.gpus}, job.priority, job.created)
 
     def order(self, pending: Sequence[Job]) -> list[Job]:
-        return leaf_heads(self.tree, pending, lambda job: (job.queue, job.priority, job.created), self.pending_job)
+        return leaf_heads(self.tree, pending, self.rank, self.pending_job)
+
+    def rank(self, job: Job) -> tuple[str, int, float]:
+        return job.queue, job.priority, job.created
 
     def flavor_options(self, job: Job) -> list[Job]:
         return [job]
@@ -254,3 +257,54 @@ def test_a_reservation_without_time_limits_says_later_jobs_may_not_use_its_nodes
     # And a later job is placed without them: an 8-GPU job fits on n1 but waits.
     later = schedule(cycle, cluster, [Job("big", "team-a", 16, created=1.0), Job("later", "team-a", 8, created=2.0)])
     assert later["later"].reason is WaitReason.INSUFFICIENT_GPUS
+
+
+# -- rounds read each queue's next job, not every waiting job again --------------------------------------------------
+
+class CountingQuota(Quota):
+    """Counts the jobs ``rank`` and ``order`` are asked about; ``rank`` fails for the job named ``broken``."""
+
+    def __init__(self, specs: Sequence[QueueSpec]) -> None:
+        super().__init__(specs)
+        self.ranked = 0
+        self.ordered: list[int] = []
+
+    def rank(self, job: Job) -> tuple[str, int, float]:
+        self.ranked += 1
+        if job.uid == "broken":
+            raise ValueError("no rank for you")
+        return super().rank(job)
+
+    def order(self, pending: Sequence[Job]) -> list[Job]:
+        self.ordered.append(len(pending))
+        return super().order(pending)
+
+
+def test_a_cycle_ranks_each_waiting_job_once_and_its_rounds_order_only_the_queues_heads() -> None:
+    # Two queues of 30 jobs; none fits beside the running job, so each round tries both heads and steps
+    # aside (BestEffortFIFO) until max_rounds. Ranking every waiting job once per round was 64 x 60.
+    quota = CountingQuota(flat(**{"team-a": 800, "team-b": 800}))
+    cluster = Cluster(nodes=2)
+    cluster.run(Job("run", "team-a", 8), quota)
+    settings = CycleSettings(max_rounds=8, backfill=BackfillPolicy(reserve_after_seconds=None))
+    cycle: AdmissionCycle[Job, Placed] = AdmissionCycle(quota, settings=settings)
+    jobs = [Job(f"{team}-{i}", f"team-{team}", 16, created=float(i)) for i in range(30) for team in "ab"]
+    entries = schedule(cycle, cluster, jobs)
+    assert quota.ordered == [2] * 8
+    assert quota.ranked == len(jobs) + sum(quota.ordered)  # once to sort the lanes, and by order for the heads
+    # The rounds tried the 8 oldest of each queue in order; the rest wait behind the last tried.
+    assert cluster.tried()[:4] == ["a-0", "b-0", "a-1", "b-1"]
+    assert [uid for uid in cluster.tried() if uid.startswith("a-")] == [f"a-{i}" for i in range(8)]
+    assert entries["a-8"].reason is WaitReason.WAITING_IN_QUEUE
+    assert entries["a-8"].message == "waiting in queue team-a behind ns/a-7 (InsufficientGPUs)"
+    assert len(entries) == len(jobs)
+
+
+def test_a_job_that_cannot_be_ranked_fails_alone() -> None:
+    quota = CountingQuota(flat(**{"team-a": 16}))
+    cluster = Cluster(nodes=2)
+    cycle: AdmissionCycle[Job, Placed] = AdmissionCycle(quota)
+    entries = schedule(cycle, cluster, [Job("broken", "team-a", 8, created=1.0), Job("ok", "team-a", 8, created=2.0)])
+    assert (entries["broken"].result, entries["broken"].reason) == (AdmitResult.ERROR, WaitReason.ADMISSION_ERROR)
+    assert "no rank for you" in entries["broken"].message
+    assert entries["ok"].result is AdmitResult.ADMITTED

@@ -94,7 +94,10 @@ class Quota:
         return PendingJob(job.uid, job.queue, {"gpu": job.total}, job.priority, job.created)
 
     def order(self, pending: Sequence[Job]) -> list[Job]:
-        return leaf_heads(self.tree, pending, lambda job: (job.queue, job.priority, job.created), self.pending_job)
+        return leaf_heads(self.tree, pending, self.rank, self.pending_job)
+
+    def rank(self, job: Job) -> tuple[str, int, float]:
+        return job.queue, job.priority, job.created
 
     def flavor_options(self, job: Job) -> list[Job]:
         return [job]

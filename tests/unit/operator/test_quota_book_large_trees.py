@@ -147,6 +147,9 @@ def test_ten_thousand_leaves_admit_and_preempt_without_walking_every_queue_per_j
     assert {p.root for p in positions.values()} == {"org"}
     assert [j.uid for j in book.order([*waiting, _job("stray", "nowhere")])] == [
         "uid-reclaimer", "uid-other", "uid-stray"]
+    # The cycle sorts each queue once by rank; a job of no leaf queue has none (a lane of its own).
+    assert book.rank(reclaimer) == (_leaf(0), 0, reclaimer.created.timestamp())
+    assert book.rank(_job("stray", "nowhere")) is None and book.rank(_job("parent", "org")) is None
     missing = book.can_admit(_job("stray", "nowhere"))
     assert missing.never and missing.cause is WaitReason.QUEUE_NOT_FOUND and "and 9990 more" in missing.reason
     parent = book.can_admit(_job("parent", "org"))

@@ -24,11 +24,12 @@ lint: venv
 	$(VENV)/mypy -p kubegang
 	$(VENV)/mypy hack/devcluster.py hack/localstack.py hack/supervise.py hack/addons.py hack/shapes/generate.py
 
+# --durations: CI's log names the tests that spend make test's 45-minute budget on its 2-core machine.
 unit: venv
-	$(VENV)/pytest tests/unit
+	$(VENV)/pytest tests/unit --durations=15
 
 e2e: venv control-plane addons
-	$(VENV)/pytest tests/e2e
+	$(VENV)/pytest tests/e2e --durations=40
 
 clean-cluster:
 	hack/cluster down

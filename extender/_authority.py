@@ -126,3 +126,8 @@ class PlacementAuthority(Protocol):
         """Smallest set of ``candidates`` (in their order) whose eviction makes the gang fit once the
         ``gone`` gangs (evicted in any case) are gone too; none of ``gone`` is ever a victim."""
         ...
+
+    def room(self) -> int:
+        """The room epoch: moved by every change that can free room, so a ``plan`` refused at an epoch is
+        refused again while the epoch is unchanged (never 0)."""
+        ...

@@ -98,7 +98,13 @@ class _Service:
 
     def plan(self, raw: bytes) -> Message:
         req = _decode(pb.PlanRequest, raw)
-        return plan_response(self.authority.plan(gang_from_proto(req.gang)))
+        resp = plan_response(self.authority.plan(gang_from_proto(req.gang)))
+        resp.room_epoch = self.authority.room()  # after the plan: a rebuild it made may have moved it
+        return resp
+
+    def room(self, raw: bytes) -> Message:
+        _decode(pb.RoomRequest, raw)
+        return pb.RoomResponse(epoch=self.authority.room())
 
     def reserve(self, raw: bytes) -> Message:
         req = _decode(pb.ReserveRequest, raw)
@@ -180,7 +186,7 @@ def _method(verb: str, work: Callable[[bytes], Message], metrics: ExtenderMetric
 def _generic_handler(service: _Service) -> grpc.GenericRpcHandler:
     methods = {"Plan": ("plan", service.plan), "Reserve": ("reserve", service.reserve),
                "Release": ("release", service.release), "WhatIf": ("what_if", service.what_if),
-               "Repair": ("repair", service.repair)}
+               "Repair": ("repair", service.repair), "Room": ("room", service.room)}
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(_method(verb, work, service.metrics))
         for name, (verb, work) in methods.items()

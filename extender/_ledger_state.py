@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import secrets
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -106,9 +107,26 @@ class LedgerState:
         """Pod uid -> (namespace, name) of GPU pods outside gangs that wait for a node, oldest first."""
         self._freed_quietly = False
         """Reserved GPUs were freed with no API event (Release, expiry): see :meth:`take_requeue`."""
+        self._room = secrets.randbelow(2**62) + 1
+        """The room epoch (:meth:`room`): random at start, so an operator's refusals kept from an
+        extender that restarted are never mistaken for current ones."""
         self._dirty = False
         self.synced = False
         """True once the watches listed everything (readiness)."""
+
+    def room(self) -> int:
+        """The room epoch: moved by every change that can free GPUs or room for a gang (a pod gone or
+        holding less or elsewhere, a reservation released or expired, a node or GPUNode changed, a
+        rebuild), never by one that only takes room (a reservation, a new pod) or changes nothing a plan
+        reads (a bind, a pod starting). So a ``plan`` refused at epoch E would be refused again while
+        it is E: the operator keeps its refusals by it (``AdmissionCycle._ask_plan``). A pending
+        rebuild is made first, since it may move the epoch."""
+        self._current()
+        return self._room
+
+    def _freed(self) -> None:
+        """Something that may free room happened: move the room epoch."""
+        self._room += 1
 
     def upsert_node(self, obj: Mapping[str, Any]) -> None:
         """A Node was added or changed."""
@@ -149,6 +167,8 @@ class LedgerState:
         if held == old:
             return
         if old is not None:
+            if held is None or dataclasses.replace(old, bound=held.bound) != held:
+                self._freed()  # gone, or holding something else now; a bind alone frees nothing
             self._forget_pod(old)
         if held is not None:
             if old is None:  # each pod counts once in the workload mix, when it first holds GPUs
@@ -189,6 +209,7 @@ class LedgerState:
         self._waiting.pop(uid, None)
         old = self._pods.get(uid)
         if old is not None:
+            self._freed()
             self._forget_pod(old)
 
     def replace_all(self, nodes: Sequence[Mapping[str, Any]], gpunodes: Mapping[str, GPUNodeStatus],
@@ -438,6 +459,7 @@ class LedgerState:
         info = self._node_info(name, self._gpunodes.get(name))
         if info == self._infos.get(name):
             return
+        self._freed()  # a node back, uncordoned, with a GPU healthy again or a taint gone: room
         if info is None:
             self._infos.pop(name, None)
         else:
@@ -471,6 +493,7 @@ class LedgerState:
                 snap.release(job, index)
 
     def _drop_reservation(self, job: str) -> None:
+        self._freed()
         if self._reservations[job].held:
             self._freed_quietly = True
         if not self._dirty:
@@ -496,6 +519,9 @@ class LedgerState:
         """Record a pod in the current snapshot; a conflict schedules a rebuild."""
         reservation = self._reservations.get(held.owner)
         if reservation is not None and held.index in reservation.held:
+            slot = next((a for a in reservation.placement.assignments if a.pod == held.index), None)
+            if slot is None or (slot.node, tuple(slot.gpus)) != (held.node, held.gpu_indices):
+                self._freed()  # the pod is not where its slot was held: the slot's GPUs are free
             reservation.held.discard(held.index)
             reservation.pending.discard(held.index)
             self._snapshot.release(held.owner, held.index)
@@ -528,6 +554,7 @@ class LedgerState:
         fit because reservations or unbound gang pods plan its node's GPUs *displaces* those plans
         (``_displace``), and the gang is told through ``repair``.
         """
+        self._freed()  # a rebuild places afresh (displacements, quarantine): a plan may find room now
         for name in sorted(self._guessed):  # which GPUs are unhealthy was chosen away from the pods then
             self._refresh_node(name, mark=False)
         self._topology = self._compile()

@@ -85,6 +85,7 @@ class PlacementClient:
         self._release = self._method("Release", pb.ReleaseResponse)
         self._what_if = self._method("WhatIf", pb.WhatIfResponse)
         self._repair = self._method("Repair", pb.RepairResponse)
+        self._room = self._method("Room", pb.RoomResponse)
 
     @classmethod
     def from_files(cls, target: str, ca: Path, cert: Path, key: Path, **kwargs: object) -> PlacementClient:
@@ -156,9 +157,26 @@ class PlacementClient:
     async def plan(self, gang: GangRequest, *, namespace: str = "", name: str = "",
                    deadline_s: float | None = None) -> PlanResult:
         """Where would ``gang`` go now (no change on the extender)."""
+        return (await self.plan_at(gang, namespace=namespace, name=name, deadline_s=deadline_s))[0]
+
+    async def plan_at(self, gang: GangRequest, *, namespace: str = "", name: str = "",
+                      deadline_s: float | None = None) -> tuple[PlanResult, int | None]:
+        """:meth:`plan`, with the room epoch it was answered at (None: an extender that gives none)."""
         await self._follow_files()
         req = pb.PlanRequest(gang=gang_to_proto(gang, namespace=namespace, name=name))
-        return plan_result(await self._plan(req, timeout=self._deadline(deadline_s)), gang.id)
+        resp = await self._plan(req, timeout=self._deadline(deadline_s))
+        return plan_result(resp, gang.id), resp.room_epoch or None
+
+    async def room(self, *, deadline_s: float | None = None) -> int | None:
+        """The extender's room epoch now (``Room``); None from an extender that has no such call."""
+        await self._follow_files()
+        try:
+            resp = await self._room(pb.RoomRequest(), timeout=self._deadline(deadline_s))
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                return None
+            raise
+        return int(resp.epoch) or None
 
     async def reserve(self, gang: GangRequest, plan: Placement | None = None, *, ttl_seconds: int = 0,
                       namespace: str = "", name: str = "", deadline_s: float | None = None) -> ReserveOutcome:

@@ -250,8 +250,10 @@ class Admission:
         pending = self.cache.pending()
         self._report_held_back()
         self._export_queue_gauges(pending)
+        room = await self.placement.room() if pending else None
         entries = await run_async(
-            self.cycle.schedule(pending, holds_pods=lambda uid: bool(self.cache.pods.get(uid))), self._answer
+            self.cycle.schedule(pending, holds_pods=lambda uid: bool(self.cache.pods.get(uid)), room=room),
+            self._answer,
         )
         return [self._report(entry) for entry in entries]
 

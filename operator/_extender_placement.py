@@ -59,12 +59,20 @@ class ExtenderPlacement:
     async def plan(self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None) -> PlanResult:
         gang = gang_request(job, excluded_nodes, preferred_domain)
         try:
-            result = await self.client.plan(gang, namespace=job.namespace, name=job.name)
+            result, room = await self.client.plan_at(gang, namespace=job.namespace, name=job.name)
         except grpc.aio.AioRpcError as exc:
             return PlanResult(None, f"extender unavailable ({exc.code().name}): {exc.details()}")
         if isinstance(result, CorePlacement):
             return PlanResult(api_placement(result))
-        return PlanResult(None, result.reason, never=result.never)
+        return PlanResult(None, result.reason, never=result.never, room=room)
+
+    async def room(self) -> int | None:
+        try:
+            return await self.client.room()
+        except grpc.aio.AioRpcError as exc:
+            # No epoch: this cycle asks every question again, as before the epoch existed.
+            log.warning("reading the extender's room epoch failed (%s): %s", exc.code().name, exc.details())
+            return None
 
     async def reserve(self, job: JobView, placement: Placement) -> Verdict:
         gang = gang_request(job)

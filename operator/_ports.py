@@ -79,7 +79,13 @@ class PlacementPort(Protocol):
     """The extender's Placement service: where a gang goes."""
 
     async def plan(self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None) -> PlanResult:
-        """A placement for the whole gang now, or the reason there is none."""
+        """A placement for the whole gang now, or the reason there is none (with the room epoch it was
+        refused at, :attr:`PlanAnswer.room`)."""
+        ...
+
+    async def room(self) -> int | None:
+        """The extender's room epoch now, read once before each cycle (``AdmissionCycle.schedule``'s
+        ``room``); None when it cannot be read (every ``Plan`` of that cycle is asked)."""
         ...
 
     async def reserve(self, job: JobView, placement: Placement) -> Verdict:

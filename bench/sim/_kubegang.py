@@ -227,6 +227,10 @@ class KubegangPolicy:
         self.cycle: AdmissionCycle[_SimJob, Placement] = AdmissionCycle(
             self.quota, settings=self.settings, clock=lambda: self.now)
         self.waiting_jobs: dict[str, _SimJob] = {}
+        self.room = 1
+        """The room epoch, as the extender's ledger keeps it (``LedgerState.room``): moved by everything
+        that frees GPUs here (a gang that ends, is evicted or gives back its reservation), so the cycle
+        answers a refused ``Plan`` from memory as it does in the operator."""
         self._events: list[tuple[bool, str]] = []
         """(started?, job) of the pass so far, in the order the cycle's effects came (``_settled``)."""
 
@@ -237,6 +241,7 @@ class KubegangPolicy:
 
     def finished(self, job: Job, now: float) -> None:
         self.now = now
+        self.room += 1
         self.quota.finished(job.id, now)
         self.quota.release(job.id)
         self.cycle.forget(job.id)
@@ -272,7 +277,8 @@ class KubegangPolicy:
         self.now = now
         self._events = []
         entries = run_sync(
-            self.cycle.schedule(list(self.waiting_jobs.values()), holds_pods=lambda uid: False), self._answer)
+            self.cycle.schedule(list(self.waiting_jobs.values()), holds_pods=lambda uid: False, room=self.room),
+            self._answer)
         return any(e.result in (AdmitResult.ADMITTED, AdmitResult.PREEMPTING) for e in entries)
 
     def _answer(self, effect: Effect[_SimJob, Placement]) -> Any:
@@ -282,7 +288,7 @@ class KubegangPolicy:
             result = plan(gang, self.snapshot)
             if isinstance(result, Placement):
                 return PlanAnswer(result)
-            return PlanAnswer(None, result.reason, never=result.never)
+            return PlanAnswer(None, result.reason, never=result.never, room=self.room)
         if isinstance(effect, Reserve):
             try:
                 self.snapshot.allocate_all(effect.placement.allocations(gang_request(effect.job.job)))
@@ -293,10 +299,12 @@ class KubegangPolicy:
             return self._what_if(effect.job, effect.candidates, effect.excluded_nodes, effect.gone)
         if isinstance(effect, Release):
             if self.snapshot.allocations_of(effect.job.uid):
+                self.room += 1
                 self.snapshot.release(effect.job.uid)
             return None
         if isinstance(effect, Evict):
             victim = effect.victim
+            self.room += 1
             self.snapshot.release(victim.uid)
             self.quota.release(victim.uid)
             self.waiting_jobs[victim.uid] = victim

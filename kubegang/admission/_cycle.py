@@ -25,6 +25,9 @@ One cycle, as Kueue's ``schedule()``:
    to leave them in time (``QuotaPort.predicted_run_seconds``) is planned again with them, as their
    tenant; a holder evicts tenants past their prediction once that alone lets it start (before step 5).
    Then take the quota, ``Reserve`` the placement and ``Admit``: the next decision counts both.
+   A refusal is kept with the placement side's *room epoch* (``schedule``'s ``room``), which only a
+   change that can free room moves (a pod gone, a reservation released, a node changed); the same
+   question at the same epoch is answered from memory, not asked again (``_ask_plan``).
 5. **Preemption** — one victim chooser: the quota policy offers candidates (least disruptive first);
    quota picks the fewest it needs gone (``kubegang.quota.quota_victims``); one ``WhatIf`` with those
    ``gone`` adds the cheapest set the GPUs still need on top of them, among the other candidates only
@@ -94,6 +97,9 @@ CLUSTER_BOUND = frozenset({WaitReason.EXCEEDS_CLUSTER})
 """Unschedulable reasons that the cluster (new nodes), not the queue tree, can change: retried."""
 _Placed = tuple[tuple[str, ...], frozenset[str]]
 """A ``WhatIf`` that found a place: the victims it needs (among those offered) and the nodes."""
+_Question = tuple[int, int, frozenset[str], str | None]
+"""A ``Plan`` as the cycle asks it: the job's generation, its flavour (position in ``flavor_options``),
+the excluded nodes and the preferred domain."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,12 +153,21 @@ class AdmissionCycle(Generic[J, P]):
         self._planned_with: dict[str, frozenset[str]] = {}
         """Holder UID -> the running gangs when its reservation was planned: it is planned again only
         once one of them has gone (ended early, evicted), the one thing that can move it earlier."""
+        self._refusals: dict[str, tuple[_Question, PlanAnswer[P]]] = {}
+        """Job UID -> its last ``Plan`` refused, with the answer and its room epoch (``_ask_plan``)."""
+        self._room: int | None = None
+        """The placement side's room epoch this cycle (``schedule``'s ``room``); None once this cycle
+        released or evicted anything, so that no refusal is answered from memory after it."""
+        self.plans_remembered = 0
+        """``Plan`` questions answered from a kept refusal instead of the port, since this cycle object
+        was made (the operator's metric, the simulator's count)."""
 
     # -- state the driver keeps current ---------------------------------------------------------
     def tree_changed(self) -> None:
         """The queue tree was rebuilt: jobs found Unschedulable under the old one are tried again."""
         self._never.clear()
         self._quota_claims.clear()  # the rebuilt tree holds admitted jobs only
+        self._refusals.clear()  # a flavour's position in ``flavor_options`` may differ under the new tree
 
     def _release_claim(self, uid: str) -> None:
         if uid in self._quota_claims:
@@ -166,6 +181,7 @@ class AdmissionCycle(Generic[J, P]):
         self._planned_with.pop(uid, None)
         self._preempting.pop(uid, None)
         self._claims.pop(uid, None)
+        self._refusals.pop(uid, None)
         self._release_claim(uid)
         self.backfill.forget(uid)
 
@@ -174,9 +190,15 @@ class AdmissionCycle(Generic[J, P]):
         return self.backfill.reservation(uid)
 
     # -- the cycle ----------------------------------------------------------------------------------
-    def schedule(self, pending: Sequence[J], *, holds_pods: Callable[[str], bool]) -> Cycle[J, P]:
-        """One cycle over ``pending``; ``holds_pods(uid)``: whether that gang still has pods (victims)."""
+    def schedule(self, pending: Sequence[J], *, holds_pods: Callable[[str], bool],
+                 room: int | None = None) -> Cycle[J, P]:
+        """One cycle over ``pending``; ``holds_pods(uid)``: whether that gang still has pods (victims).
+
+        ``room``: the placement side's room epoch, read just before this cycle (the extender's ``Room``);
+        a ``Plan`` refused at this same epoch, asked again the same way, is answered from memory. None:
+        every question is asked."""
         now = self.clock()
+        self._room = room
         self._overlaps = 0
         self._running_memo = None
         self._claims = {uid: claim for uid, claim in self._claims.items() if claim[1] > now}
@@ -278,6 +300,7 @@ class AdmissionCycle(Generic[J, P]):
                 # Whatever the failed attempt took is given back (no-ops when it took nothing).
                 self._quota_claims.discard(job.uid)
                 self.quota.release(job.uid)
+                self._room = None  # a released placement may free room that kept refusals did not see
                 try:
                     yield Release(job)
                 except Exception:
@@ -299,6 +322,7 @@ class AdmissionCycle(Generic[J, P]):
             self._release_claim(job.uid)  # its victims are gone: decided afresh, from the quota it held
         # (3) Quota up the tree, for each flavour the job may use.
         options = [(option, self.quota.can_admit(option)) for option in self.quota.flavor_options(job)]
+        flavour = {id(option): i for i, (option, _) in enumerate(options)}
         possible = [(option, verdict) for option, verdict in options if not verdict.never]
         if not possible:
             reason = "; ".join(dict.fromkeys(verdict.reason for _, verdict in options))
@@ -327,7 +351,8 @@ class AdmissionCycle(Generic[J, P]):
         refusals: list[PlanAnswer[P]] = []
         chosen: tuple[J, P] | None = None
         for option in fitting:
-            answer: PlanAnswer[P] = yield Plan(option, excluded, job.previous_domain)
+            answer: PlanAnswer[P] = yield from self._ask_plan(option, flavour[id(option)], excluded,
+                                                              job.previous_domain)
             if answer.placement is not None:
                 chosen = (option, answer.placement)
                 break
@@ -343,7 +368,7 @@ class AdmissionCycle(Generic[J, P]):
                 lodging = (job.excluded_nodes | self.backfill.excluded_for(job.uid, predicted_end)
                            | self._claimed_by_others(job.uid))
                 for option in fitting:
-                    answer = yield Plan(option, lodging, job.previous_domain)
+                    answer = yield from self._ask_plan(option, flavour[id(option)], lodging, job.previous_domain)
                     if answer.placement is not None:
                         chosen = (option, answer.placement)
                         break
@@ -381,6 +406,29 @@ class AdmissionCycle(Generic[J, P]):
                         "and that job can start, it is evicted and queued again")
         return Entry(option, AdmitResult.ADMITTED, message=message, placement=placement)
 
+    def _ask_plan(self, option: J, flavour: int, excluded: frozenset[str], domain: str | None
+                  ) -> Generator[Effect[J, P], Any, PlanAnswer[P]]:
+        """``Plan`` for ``option``, or the refusal kept for the same question at this cycle's room epoch.
+
+        Only a change that can free room (a gang or pod gone, a reservation released, a node changed)
+        can turn a refusal into a placement; the cycle's own reservations only take room. The placement
+        side moves its epoch on each such change, so a refusal given at the epoch this cycle read is
+        still the answer: a head blocked on GPUs is not searched for again at every step (in the operator
+        each ``Plan`` is a gRPC call and a search of the extender's ledger). A placement is never kept.
+        """
+        question: _Question = (option.generation, flavour, excluded, domain)
+        kept = self._refusals.get(option.uid)
+        if (self._room is not None and kept is not None and kept[0] == question
+                and kept[1].room == self._room):
+            self.plans_remembered += 1
+            return kept[1]
+        answer: PlanAnswer[P] = yield Plan(option, excluded, domain)
+        if answer.placement is None and answer.room is not None:
+            self._refusals[option.uid] = (question, answer)
+        else:
+            self._refusals.pop(option.uid, None)
+        return answer
+
     # (5) Preemption -------------------------------------------------------------------------------
     def _claimed_by_others(self, uid: str) -> frozenset[str]:
         out: set[str] = set()
@@ -398,6 +446,7 @@ class AdmissionCycle(Generic[J, P]):
     def _evict(self, job: J, victims: Sequence[tuple[J, str]], nodes: frozenset[str], message: str) -> _Step[J, P]:
         """Evict ``victims`` (each with why) for ``job``, which then waits for them and holds the ``nodes``
         they free (``CLAIM_SECONDS``); ``message`` is followed by their names."""
+        self._room = None  # a driver may free the victims' GPUs at once (the simulator does)
         for victim, why in victims:
             yield Evict(victim, job, why)
             self.backfill.unlodge(victim.uid)

@@ -164,6 +164,10 @@ class PlanAnswer(Generic[P]):
     """Why it does not fit (for the Queued condition)."""
     never: bool = False
     """True when no node of the cluster as it is could ever hold the gang."""
+    room: int | None = None
+    """The placement side's room epoch when it answered (:attr:`AdmissionCycle.schedule`'s ``room``): a
+    refusal stays true while that epoch is unchanged, so the cycle answers the same question again
+    from memory instead of asking. None: the port keeps no epoch (every refusal is asked again)."""
 
 
 @dataclasses.dataclass(frozen=True)

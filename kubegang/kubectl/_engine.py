@@ -53,7 +53,7 @@ DRY_RUN_TTL_SECONDS = 60.0
 
 
 class LedgerClient(PlacementClient):
-    """The extender's gRPC client, answered in process by a :class:`Ledger`: the same five calls,
+    """The extender's gRPC client, answered in process by a :class:`Ledger`: the same calls,
     so the operator's ``ExtenderPlacement`` drives it unchanged."""
 
     def __init__(self, ledger: Ledger) -> None:  # no channel: nothing goes over the network
@@ -66,10 +66,17 @@ class LedgerClient(PlacementClient):
 
     async def plan(self, gang: GangRequest, *, namespace: str = "", name: str = "",
                    deadline_s: float | None = None) -> PlanResult:
+        return (await self.plan_at(gang, namespace=namespace, name=name, deadline_s=deadline_s))[0]
+
+    async def plan_at(self, gang: GangRequest, *, namespace: str = "", name: str = "",
+                      deadline_s: float | None = None) -> tuple[PlanResult, int | None]:
         result = self.ledger.plan(gang)
         if isinstance(result, Unplaceable):
             self.refused[gang.id] = result
-        return result
+        return result, self.ledger.room()
+
+    async def room(self, *, deadline_s: float | None = None) -> int | None:
+        return self.ledger.room()
 
     async def reserve(self, gang: GangRequest, plan: CorePlacement | None = None, *, ttl_seconds: int = 0,
                       namespace: str = "", name: str = "", deadline_s: float | None = None) -> ReserveOutcome:

@@ -308,3 +308,115 @@ def test_a_job_that_cannot_be_ranked_fails_alone() -> None:
     assert (entries["broken"].result, entries["broken"].reason) == (AdmitResult.ERROR, WaitReason.ADMISSION_ERROR)
     assert "no rank for you" in entries["broken"].message
     assert entries["ok"].result is AdmitResult.ADMITTED
+
+
+# -- refusals kept by the placement side's room epoch ---------------------------------------------------------------
+
+class RoomCluster(Cluster):
+    """``Cluster`` with a room epoch, moved by :meth:`free` (what an ended gang does to the extender's)."""
+
+    def __init__(self, nodes: int) -> None:
+        super().__init__(nodes)
+        self.room = 7
+
+    def answer(self, effect: Effect[Job, Placed]) -> Any:
+        answer = super().answer(effect)
+        if isinstance(answer, PlanAnswer) and answer.placement is None:
+            return dataclasses.replace(answer, room=self.room)
+        return answer
+
+    def free(self, uid: str, quota: Quota) -> None:
+        for node, holder in self.on.items():
+            if holder == uid:
+                self.on[node] = None
+        quota.release(uid)
+        self.room += 1
+
+
+def schedule_at(cycle: AdmissionCycle[Job, Placed], cluster: Cluster, pending: Sequence[Job],
+                room: int | None) -> dict[str, Entry[Job, Placed]]:
+    cluster.effects.clear()
+    entries = run_sync(cycle.schedule(pending, holds_pods=lambda uid: False, room=room), cluster.answer)
+    return {entry.job.uid: entry for entry in entries}
+
+
+def blocked_on_gpus() -> tuple[Quota, RoomCluster, AdmissionCycle[Job, Placed], Job]:
+    """team-a may use 24 GPUs; "run" holds one of the two nodes, so "big" (16) is refused a place."""
+    quota = Quota(flat(**{"team-a": 24}))
+    cluster = RoomCluster(nodes=2)
+    cluster.run(Job("run", "team-a", 8), quota)
+    settings = CycleSettings(backfill=BackfillPolicy(reserve_after_seconds=None))
+    return quota, cluster, AdmissionCycle(quota, settings=settings), Job("big", "team-a", 16)
+
+
+def test_a_refusal_at_the_same_room_epoch_is_not_asked_again_and_is_once_room_was_freed() -> None:
+    quota, cluster, cycle, big = blocked_on_gpus()
+    first = schedule_at(cycle, cluster, [big], cluster.room)
+    assert cluster.tried() == ["big"] and first["big"].reason is WaitReason.INSUFFICIENT_GPUS
+    again = schedule_at(cycle, cluster, [big], cluster.room)
+    assert cluster.tried() == [] and cycle.plans_remembered == 1
+    assert (again["big"].result, again["big"].reason, again["big"].message) == (
+        first["big"].result, first["big"].reason, first["big"].message)
+    cluster.free("run", quota)
+    after = schedule_at(cycle, cluster, [big], cluster.room)
+    assert cluster.tried() == ["big"] and after["big"].result is AdmitResult.ADMITTED
+
+
+def test_without_a_room_epoch_every_refusal_is_asked_again() -> None:
+    _, cluster, cycle, big = blocked_on_gpus()
+    for _ in range(3):
+        schedule_at(cycle, cluster, [big], None)
+        assert cluster.tried() == ["big"]
+    assert cycle.plans_remembered == 0
+
+
+def test_a_refusal_answers_only_the_same_question() -> None:
+    # A new spec (generation) or other excluded nodes is another question: asked.
+    _, cluster, cycle, big = blocked_on_gpus()
+    schedule_at(cycle, cluster, [big], cluster.room)
+    schedule_at(cycle, cluster, [dataclasses.replace(big, generation=2)], cluster.room)
+    assert cluster.tried() == ["big"]
+    schedule_at(cycle, cluster, [dataclasses.replace(big, generation=2, excluded_nodes=frozenset({"n9"}))],
+                cluster.room)
+    assert cluster.tried() == ["big"]
+    schedule_at(cycle, cluster, [dataclasses.replace(big, generation=2, excluded_nodes=frozenset({"n9"}))],
+                cluster.room)
+    assert cluster.tried() == [] and cycle.plans_remembered == 1
+
+
+def test_a_job_forgotten_and_back_is_asked_again() -> None:
+    _, cluster, cycle, big = blocked_on_gpus()
+    schedule_at(cycle, cluster, [big], cluster.room)
+    cycle.forget("big")
+    schedule_at(cycle, cluster, [big], cluster.room)
+    assert cluster.tried() == ["big"]
+
+
+class FailingAdmit(Quota):
+    """Quota whose ``admit`` raises for one job, after its Plan found a place (the attempt then releases it)."""
+
+    def __init__(self, specs: Sequence[QueueSpec], failing: str) -> None:
+        super().__init__(specs)
+        self.failing = failing
+
+    def admit(self, job: Job) -> Verdict:
+        if job.uid == self.failing:
+            raise RuntimeError("injected")
+        return super().admit(job)
+
+
+def test_after_the_cycle_released_a_placement_no_refusal_is_answered_from_memory() -> None:
+    # "big" (team-b) was refused; in the next cycle "small" (team-a, tried first) is placed, its quota
+    # step raises and its placement is released: what that freed is not in the epoch this cycle read,
+    # so "big" is asked again within the cycle.
+    quota = FailingAdmit(flat(**{"team-a": 8, "team-b": 24}), failing="small")
+    cluster = RoomCluster(nodes=2)
+    cluster.run(Job("run", "team-b", 8), quota)
+    cycle: AdmissionCycle[Job, Placed] = AdmissionCycle(
+        quota, settings=CycleSettings(backfill=BackfillPolicy(reserve_after_seconds=None)))
+    big, small = Job("big", "team-b", 16, created=2.0), Job("small", "team-a", 8, created=1.0)
+    schedule_at(cycle, cluster, [big], cluster.room)
+    entries = schedule_at(cycle, cluster, [big, small], cluster.room)
+    assert entries["small"].reason is WaitReason.ADMISSION_ERROR
+    assert any(isinstance(e, Release) and e.job.uid == "small" for e in cluster.effects)
+    assert cluster.tried() == ["small", "big"] and cycle.plans_remembered == 0

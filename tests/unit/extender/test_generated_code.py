@@ -28,5 +28,5 @@ def test_generated_modules_import_and_name_the_service() -> None:
     from kubegang._generated.placement.v1 import placement_pb2, placement_pb2_grpc
 
     service = placement_pb2.DESCRIPTOR.services_by_name["Placement"]
-    assert [m.name for m in service.methods] == ["Plan", "Reserve", "Release", "WhatIf", "Repair"]
+    assert [m.name for m in service.methods] == ["Plan", "Reserve", "Release", "WhatIf", "Repair", "Room"]
     assert hasattr(placement_pb2_grpc, "PlacementStub")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kubegang._generated.placement.v1 import placement_pb2 as pb
 from kubegang.extender._authority import ReserveOutcome, WhatIfOutcome
-from kubegang.extender._grpc import SERVICE_NAME, GrpcSite, serve_grpc, server_credentials
+from kubegang.extender._grpc import SERVICE_NAME, GrpcSite, _Service, serve_grpc, server_credentials
 from kubegang.extender._metrics import ExtenderMetrics
 from kubegang.extender.client import PlacementClient, channel_credentials
 from kubegang.levels import Level
@@ -30,6 +30,11 @@ class FakePlacement:
         self.reserved: dict[str, Placement] = {}
         self.gangs: list[GangRequest] = []
         self.delay = 0.0
+        self.epoch = 41
+        """The room epoch: moved by each release here."""
+
+    def room(self) -> int:
+        return self.epoch
 
     def plan(self, gang: GangRequest) -> PlanResult:
         self.gangs.append(gang)
@@ -54,6 +59,7 @@ class FakePlacement:
         return ReserveOutcome(result=result)
 
     def release(self, job_uid: str) -> int:
+        self.epoch += 1
         held = self.reserved.pop(job_uid, None)
         return sum(len(a.gpus) for a in held.assignments) if held else 0
 
@@ -109,6 +115,47 @@ async def test_infeasible_plan_carries_reason_and_shortfall(
         result = await client.plan(GangRequest(id="big", pods=9))
     assert result == Unplaceable(gang_id="big", reason="needs 9 nodes; 4 exist", level=Level.CLUSTER,
                                  best_domain="leaf-a", best_pods=4)
+
+
+@session_loop
+async def test_a_refusal_carries_the_room_epoch_it_was_given_at_and_room_reads_it_now(
+    grpc_site: tuple[GrpcSite, FakePlacement], pki: PemPaths
+) -> None:
+    site, fake = grpc_site
+    async with _client(site, pki) as client:
+        refused, at = await client.plan_at(GangRequest(id="big", pods=9))
+        assert isinstance(refused, Unplaceable) and at == 41
+        assert await client.room() == 41
+        await client.release("nothing-held")
+        assert await client.room() == 42 == fake.epoch
+        _, later = await client.plan_at(GangRequest(id="big", pods=9))
+        assert later == 42
+
+
+@session_loop
+async def test_an_extender_without_room_gives_no_epoch_and_plans_as_before(pki: PemPaths) -> None:
+    # An extender of an earlier release: no Room method, and its PlanResponse has no room_epoch.
+    fake = FakePlacement()
+    service = _Service(fake, ExtenderMetrics(), 60)
+
+    async def old_plan(raw: bytes, _context: Any) -> bytes:
+        resp = service.plan(raw)
+        resp.ClearField("room_epoch")  # what an extender without the field sends
+        return resp.SerializeToString()
+
+    handlers = {"Plan": grpc.unary_unary_rpc_method_handler(old_plan)}
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    port = server.add_secure_port("127.0.0.1:0", server_credentials(pki.server_cert, pki.server_key, pki.ca_cert))
+    await server.start()
+    try:
+        async with PlacementClient.from_files(f"127.0.0.1:{port}", pki.ca_cert, pki.client_cert,
+                                              pki.client_key) as client:
+            assert await client.room() is None
+            refused, at = await client.plan_at(GangRequest(id="big", pods=9))
+            assert isinstance(refused, Unplaceable) and at is None
+    finally:
+        await server.stop(0)
 
 
 @session_loop

@@ -85,6 +85,8 @@ class InProcessClient:
         self.requests: list[tuple[str, GangRequest]] = []
         self.fail_for: set[str] = set()
         """Job names whose Plan raises, as a bug in a conversion would."""
+        self.rooms = 0
+        """``Room`` calls (one before each cycle that has waiting jobs)."""
 
     def _check(self, name: str) -> None:
         if name in self.fail_for:
@@ -95,9 +97,16 @@ class InProcessClient:
         return next(gang for v, gang in reversed(self.requests) if v == verb)
 
     async def plan(self, gang: GangRequest, *, namespace: str = "", name: str = "") -> PlanResult:
+        return (await self.plan_at(gang, namespace=namespace, name=name))[0]
+
+    async def plan_at(self, gang: GangRequest, *, namespace: str = "", name: str = "") -> tuple[PlanResult, int]:
         self.requests.append(("plan", gang))
         self._check(name)
-        return self.ledger.plan(gang)
+        return self.ledger.plan(gang), self.ledger.room()
+
+    async def room(self) -> int:
+        self.rooms += 1
+        return self.ledger.room()
 
     async def reserve(
         self,

@@ -343,12 +343,13 @@ async def test_an_unreachable_extender_is_the_queued_reason_and_nothing_is_admit
         raise grpc.aio.AioRpcError(grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(),
                                    details="connection refused")
 
-    real = w.client.plan
-    w.client.plan = unreachable  # type: ignore[method-assign]
+    real_plan, real_room = w.client.plan_at, w.client.room
+    w.client.plan_at = unreachable  # type: ignore[method-assign]
+    w.client.room = unreachable  # type: ignore[method-assign]
     [outcome] = await w.cycle()
     assert outcome.result.value == "Queued" and "extender unavailable (UNAVAILABLE)" in outcome.message, outcome
     assert w.kube.pods() == [] and "uid-train" not in w.quota.tree
-    w.client.plan = real  # type: ignore[method-assign]
+    w.client.plan_at, w.client.room = real_plan, real_room  # type: ignore[method-assign]
     [outcome] = await w.cycle()
     assert outcome.result.value == "Admitted", outcome
 

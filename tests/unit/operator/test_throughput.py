@@ -78,24 +78,22 @@ async def test_a_lost_background_write_drops_the_assumption(job_body: Any, cache
 
 
 async def test_waiting_reason_is_written_when_it_changes_not_when_numbers_move(job_body: Any, make_world: Any) -> None:
-    # team-a may borrow team-b's idle 8; two nodes of 8 GPUs, one held by a pod kubegang did not place.
-    w = make_world({}, {"node-0": 8, "node-1": 8},
-                   queues=[gpu_queue("org"), gpu_queue("team-a", 8, "org"), gpu_queue("team-b", 8, "org")])
-    w.ledger.upsert_pod({"metadata": {"name": "web-1", "namespace": "serving", "uid": "web-1-uid"},
-                         "spec": {"nodeName": "node-1", "containers": [
-                             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
-                         "status": {"phase": "Running"}})
-    w.submit(job_body("big", replicas=2, gpus=8))
+    # team-a may borrow team-b's idle 8; three nodes of 8 GPUs, pods kubegang did not place on two of them.
+    w = make_world({}, {"node-0": 8, "node-1": 8, "node-2": 8},
+                   queues=[gpu_queue("org"), gpu_queue("team-a", 16, "org"), gpu_queue("team-b", 8, "org")])
+    for name, node, gpus in (("web-0", "node-0", 4), ("web-1", "node-1", 8)):
+        w.ledger.upsert_pod({"metadata": {"name": name, "namespace": "serving", "uid": f"{name}-uid"},
+                             "spec": {"nodeName": node, "containers": [
+                                 {"name": "c", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]},
+                             "status": {"phase": "Running"}})
+    w.submit(job_body("big", replicas=3, gpus=8))
     await w.cycle()
     writes = len(w.kube.status["team-a/big"])
     cond = get_condition(w.last_status("team-a/big")["conditions"], CondType.QUEUED)
     assert cond is not None and cond["reason"] == "InsufficientGPUs"
     before = [o.message for o in await w.cycle()]
-    # The extender's numbers change (a pod kubegang did not place takes 4 GPUs), the reason does not.
-    w.ledger.upsert_pod({"metadata": {"name": "web-0", "namespace": "serving", "uid": "web-uid"},
-                         "spec": {"nodeName": "node-0", "containers": [
-                             {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 4}}}]},
-                         "status": {"phase": "Running"}})
+    # The extender's numbers change (a pod kubegang did not place ends: one more node free), the reason does not.
+    w.ledger.delete_pod("web-0-uid")
     [after] = await w.cycle()
     assert after.reason == "InsufficientGPUs" and [after.message] != before
     assert len(w.kube.status["team-a/big"]) == writes

@@ -114,16 +114,28 @@ class PlanRequest(_message.Message):
     def __init__(self, gang: _Optional[_Union[Gang, _Mapping]] = ...) -> None: ...
 
 class PlanResponse(_message.Message):
-    __slots__ = ("feasible", "placement", "reasons", "shortfall")
+    __slots__ = ("feasible", "placement", "reasons", "shortfall", "room_epoch")
     FEASIBLE_FIELD_NUMBER: _ClassVar[int]
     PLACEMENT_FIELD_NUMBER: _ClassVar[int]
     REASONS_FIELD_NUMBER: _ClassVar[int]
     SHORTFALL_FIELD_NUMBER: _ClassVar[int]
+    ROOM_EPOCH_FIELD_NUMBER: _ClassVar[int]
     feasible: bool
     placement: GangPlacement
     reasons: _containers.RepeatedScalarFieldContainer[str]
     shortfall: Shortfall
-    def __init__(self, feasible: _Optional[bool] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ..., shortfall: _Optional[_Union[Shortfall, _Mapping]] = ...) -> None: ...
+    room_epoch: int
+    def __init__(self, feasible: _Optional[bool] = ..., placement: _Optional[_Union[GangPlacement, _Mapping]] = ..., reasons: _Optional[_Iterable[str]] = ..., shortfall: _Optional[_Union[Shortfall, _Mapping]] = ..., room_epoch: _Optional[int] = ...) -> None: ...
+
+class RoomRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RoomResponse(_message.Message):
+    __slots__ = ("epoch",)
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    def __init__(self, epoch: _Optional[int] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
     __slots__ = ("gang", "placement", "ttl_seconds")

@@ -59,6 +59,11 @@ class PlacementStub:
                 request_serializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairRequest.SerializeToString,
                 response_deserializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairResponse.FromString,
                 _registered_method=True)
+        self.Room = channel.unary_unary(
+                '/kubegang.placement.v1.Placement/Room',
+                request_serializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RoomRequest.SerializeToString,
+                response_deserializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RoomResponse.FromString,
+                _registered_method=True)
 
 
 class PlacementServicer:
@@ -100,6 +105,17 @@ class PlacementServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Room(self, request, context):
+        """The ledger's room epoch now: a counter moved by every change that can free GPUs or room (a pod
+        gone or moved, a reservation released or expired, a node or GPUNode changed, a rebuild), never by
+        a reservation, a bind or a pod starting. A Plan refused at epoch E is refused again while the
+        epoch is E, so the operator reads it once per cycle and asks a refused question only after it
+        moved. Changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlacementServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -127,6 +143,11 @@ def add_PlacementServicer_to_server(servicer, server):
                     servicer.Repair,
                     request_deserializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairRequest.FromString,
                     response_serializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairResponse.SerializeToString,
+            ),
+            'Room': grpc.unary_unary_rpc_method_handler(
+                    servicer.Room,
+                    request_deserializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RoomRequest.FromString,
+                    response_serializer=kubegang_dot_placement_dot_v1_dot_placement__pb2.RoomResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,6 +285,33 @@ class Placement:
             '/kubegang.placement.v1.Placement/Repair',
             kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairRequest.SerializeToString,
             kubegang_dot_placement_dot_v1_dot_placement__pb2.RepairResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Room(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kubegang.placement.v1.Placement/Room',
+            kubegang_dot_placement_dot_v1_dot_placement__pb2.RoomRequest.SerializeToString,
+            kubegang_dot_placement_dot_v1_dot_placement__pb2.RoomResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -314,6 +314,47 @@ ops = st.lists(
 )
 
 
+def apply_op(ledger: Ledger, pods: dict[str, dict[str, Any]], op: str, k: int, size: int, now: float) -> None:
+    """One step of a random history (the property tests'): ``pods`` are the live pods, kept current."""
+    job = f"job-{k}"
+    if op == "reserve":
+        ledger.reserve(GangRequest(id=job, pods=size, gpus_per_pod=4), None, 25)
+    elif op == "claim":
+        for r_job, r in ledger.snapshot()["reservations"].items():
+            for a in r["placement"]:
+                if a["pod"] not in r["heldPods"]:
+                    continue
+                uid = f"{r_job}-{a['pod']}"
+                pods[uid] = pod(uid, 4, pinned=a["node"], gpu_idx=",".join(map(str, a["gpus"])),
+                                job=r_job, index=a["pod"])
+                ledger.upsert_pod(pods[uid])
+            break
+    elif op == "plain":
+        passed = ledger.filter(demand(size, uid=f"plain-{k}-{now}"), ["n0", "n1", "n2", "n3"]).passed
+        if passed:
+            uid = f"plain-{k}-{now}"
+            pods[uid] = pod(uid, size, node_name=passed[0])
+            ledger.upsert_pod(pods[uid])
+    elif op in ("bind", "run", "finish") and pods:
+        uid = sorted(pods)[k % len(pods)]
+        obj = pods[uid]
+        on = obj["metadata"]["annotations"].get("kubegang.io/node") or obj["spec"]["nodeName"]
+        pods[uid] = {**obj, "spec": {**obj["spec"], "nodeName": on},
+                     "status": {"phase": {"bind": "Pending", "run": "Running", "finish": "Succeeded"}[op]}}
+        ledger.upsert_pod(pods[uid])
+    elif op == "delete" and pods:
+        uid = sorted(pods)[k % len(pods)]
+        del pods[uid]
+        ledger.delete_pod(uid)
+    elif op == "expire":
+        ledger.expire()
+    elif op == "release":
+        ledger.release(job)
+    elif op in ("cordon", "uncordon"):
+        body = node(f"n{k % 4}", 8, leaf=f"leaf-{k % 4 // 2}")
+        ledger.upsert_node({**body, "spec": {"unschedulable": True}} if op == "cordon" else body)
+
+
 @settings(max_examples=60, deadline=None)
 @given(ops=ops)
 def test_no_gpu_is_ever_held_twice_and_a_restart_agrees(ops: list[tuple[str, int, int]]) -> None:
@@ -322,33 +363,7 @@ def test_no_gpu_is_ever_held_twice_and_a_restart_agrees(ops: list[tuple[str, int
     pods: dict[str, dict[str, Any]] = {}
     for op, k, size in ops:
         clock[0] += 10
-        job = f"job-{k}"
-        if op == "reserve":
-            ledger.reserve(GangRequest(id=job, pods=size, gpus_per_pod=4), None, 25)
-        elif op == "claim":
-            for r_job, r in ledger.snapshot()["reservations"].items():
-                for a in r["placement"]:
-                    if a["pod"] not in r["heldPods"]:
-                        continue
-                    uid = f"{r_job}-{a['pod']}"
-                    pods[uid] = pod(uid, 4, pinned=a["node"], gpu_idx=",".join(map(str, a["gpus"])),
-                                    job=r_job, index=a["pod"])
-                    ledger.upsert_pod(pods[uid])
-                break
-        elif op == "plain":
-            passed = ledger.filter(demand(size, uid=f"plain-{k}-{clock[0]}"), ["n0", "n1", "n2", "n3"]).passed
-            if passed:
-                uid = f"plain-{k}-{clock[0]}"
-                pods[uid] = pod(uid, size, node_name=passed[0])
-                ledger.upsert_pod(pods[uid])
-        elif op == "delete" and pods:
-            uid = sorted(pods)[k % len(pods)]
-            del pods[uid]
-            ledger.delete_pod(uid)
-        elif op == "expire":
-            ledger.expire()
-        elif op == "release":
-            ledger.release(job)
+        apply_op(ledger, pods, op, k, size, clock[0])
         snap = ledger.snapshot()
         assert snap["unplaced"] == {}
         for n in snap["nodes"].values():

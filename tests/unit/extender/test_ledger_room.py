@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kubegang.extender._ledger import Ledger
 from kubegang.placement import GangRequest, Placement
 
-from .test_ledger import make, node, pod, reserve
+from .test_ledger import apply_op, make, node, pod, reserve
 
 PROBES = [GangRequest(id=f"probe-{p}x{g}", pods=p, gpus_per_pod=g)
           for p, g in ((1, 8), (2, 8), (3, 8), (1, 4), (2, 4), (3, 4), (1, 2), (5, 2), (1, 1))]
@@ -89,45 +89,7 @@ def test_while_the_epoch_stands_a_refused_gang_stays_refused(ops: list[tuple[str
     """Probe -> the epoch it was last refused at."""
     for op, k, size in ops:
         clock[0] += 10
-        job = f"job-{k}"
-        if op == "reserve":
-            ledger.reserve(GangRequest(id=job, pods=size, gpus_per_pod=4), None, 25)
-        elif op == "claim":
-            for r_job, r in ledger.snapshot()["reservations"].items():
-                for a in r["placement"]:
-                    if a["pod"] in r["heldPods"]:
-                        uid = f"{r_job}-{a['pod']}"
-                        pods[uid] = pod(uid, 4, pinned=a["node"], gpu_idx=",".join(map(str, a["gpus"])),
-                                        job=r_job, index=a["pod"])
-                        ledger.upsert_pod(pods[uid])
-                break
-        elif op in ("bind", "run", "finish") and pods:
-            uid = sorted(pods)[k % len(pods)]
-            obj = pods[uid]
-            pinned = (obj["metadata"]["annotations"].get("kubegang.io/node") or obj["spec"]["nodeName"])
-            obj = {**obj, "spec": {**obj["spec"], "nodeName": pinned},
-                   "status": {"phase": {"bind": "Pending", "run": "Running", "finish": "Succeeded"}[op]}}
-            pods[uid] = obj
-            ledger.upsert_pod(obj)
-        elif op == "plain":
-            free_node = next((n for n, g in ledger.snapshot()["nodes"].items()
-                              if sum(x["freeMilli"] == 1000 for x in g["gpus"]) >= size), None)
-            if free_node is not None:
-                uid = f"plain-{k}-{clock[0]}"
-                pods[uid] = pod(uid, size, node_name=free_node, phase="Running")
-                ledger.upsert_pod(pods[uid])
-        elif op == "delete" and pods:
-            uid = sorted(pods)[k % len(pods)]
-            del pods[uid]
-            ledger.delete_pod(uid)
-        elif op == "expire":
-            ledger.expire()
-        elif op == "release":
-            ledger.release(job)
-        elif op == "cordon":
-            ledger.upsert_node({**node(f"n{k % 4}", 8, leaf=f"leaf-{k % 4 // 2}"), "spec": {"unschedulable": True}})
-        elif op == "uncordon":
-            ledger.upsert_node(node(f"n{k % 4}", 8, leaf=f"leaf-{k % 4 // 2}"))
+        apply_op(ledger, pods, op, k, size, clock[0])
         room = ledger.room()
         for probe in PROBES:
             placed = isinstance(ledger.plan(probe), Placement)

@@ -89,3 +89,11 @@ def test_growth_names_the_fit(ys: list[float], best: str) -> None:
 
 def test_two_points_name_no_growth() -> None:
     assert scale.growth([1000.0, 5000.0], [1.0, 5.0])["best"].startswith("n/a")
+
+
+def test_the_cost_curves_next_cycle_with_nothing_freed_asks_no_refused_question_again() -> None:
+    # 300 queued jobs on a 95%-held cluster: the first cycle reaches every one; the next, with no gang
+    # ended in between, answers every refusal from memory (the room epoch) and asks nothing.
+    row = scale.cycle_curve(256, 300)
+    assert row["tried"] == 300 and row["plans"] > row["admitted"] > 0
+    assert row["next_plans"] == 0

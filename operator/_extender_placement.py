@@ -55,6 +55,8 @@ class ExtenderPlacement:
     def __init__(self, client: PlacementClient, *, reservation_ttl_seconds: int = 120) -> None:
         self.client = client
         self.reservation_ttl_seconds = reservation_ttl_seconds
+        self._room_unread = False
+        """The last ``Room`` call failed (its warning is logged once per outage)."""
 
     async def plan(self, job: JobView, *, excluded_nodes: frozenset[str], preferred_domain: str | None) -> PlanResult:
         gang = gang_request(job, excluded_nodes, preferred_domain)
@@ -68,11 +70,18 @@ class ExtenderPlacement:
 
     async def room(self) -> int | None:
         try:
-            return await self.client.room()
+            room = await self.client.room()
         except grpc.aio.AioRpcError as exc:
-            # No epoch: this cycle asks every question again, as before the epoch existed.
-            log.warning("reading the extender's room epoch failed (%s): %s", exc.code().name, exc.details())
+            # No epoch: this cycle asks every question again, as before the epoch existed. Said once per
+            # outage: the Plans that follow put the extender's state in every waiting job's condition.
+            if not self._room_unread:
+                log.warning("reading the extender's room epoch failed (%s): %s", exc.code().name, exc.details())
+            self._room_unread = True
             return None
+        if self._room_unread:
+            log.info("the extender's room epoch is read again")
+        self._room_unread = False
+        return room
 
     async def reserve(self, job: JobView, placement: Placement) -> Verdict:
         gang = gang_request(job)

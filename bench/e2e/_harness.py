@@ -66,6 +66,10 @@ class HalfSettings:
     """Give up earlier when nothing was bound or started for this long after the last apply ended."""
     profile_dir: Path | None = None
     """Where py-spy's collapsed stacks of kubegang's processes go (None: no profile)."""
+    quota: float = 1.0
+    """The leaf queues' nominal GPUs together, as a multiple of the cluster's (the same in every half):
+    above 1, quota no longer fills with the GPUs, so jobs wait for a place, not for quota (overcommitted
+    quotas, as many clusters run them)."""
 
 
 # -- capacity and audit ---------------------------------------------------------------------------
@@ -416,7 +420,7 @@ def run_kubegang(target: Target, jobs: Sequence[BenchJob], namespace: str, setti
     capacity = sum(gpu_nodes(target).values())
     _ensure_namespace(target, namespace)
     t_queues = time.monotonic()
-    queues_observed = apply_queues(target, leaves, capacity, gpu_product(target), namespace)
+    queues_observed = apply_queues(target, leaves, round(capacity * settings.quota), gpu_product(target), namespace)
     queues_s = round(time.monotonic() - t_queues, 1)
     docs = [gpujob_manifest(j, namespace) for j in jobs]
     n_pods = sum(j.pods for j in jobs)

@@ -211,7 +211,8 @@ def run_kueue(target: harness.Target, jobs: Sequence[BenchJob], namespace: str, 
     levels = topology_levels(nodes)
     harness._ensure_namespace(target, namespace)
     t_queues = time.monotonic()
-    queues_active = apply_queues(target, kueue_objects(leaves, capacity, namespace, levels), leaves)
+    queues_active = apply_queues(target, kueue_objects(leaves, round(capacity * settings.quota), namespace, levels),
+                                 leaves)
     queues_s = round(time.monotonic() - t_queues, 1)
     annotations = topology_annotations(Topology(), levels)
     docs = [job_manifest(j, namespace, annotations) for j in jobs]

@@ -272,8 +272,10 @@ def markdown(out: dict[str, Any]) -> str:
         f"({fits}); jobs by pod count "
         f"{w.get('jobs_by_pods')}, by GPUs per pod {w.get('jobs_by_gpus_per_pod')}. The generator and "
         "why it is shaped so are in `bench/e2e/_workload.py`. Jobs are dealt round-robin over "
-        f"{out.get('leaves')} leaf GPUQueues of one root; {out.get('operators')} operator replicas "
-        "(one leader admits).",
+        f"{out.get('leaves')} leaf GPUQueues of one root"
+        + (f" whose nominal GPUs add up to {out['quota']:g}x the cluster's (`--quota`)"
+           if out.get("quota", 1.0) != 1.0 else "")
+        + f"; {out.get('operators')} operator replicas (one leader admits).",
         "",
         *([f"**Note:** {out['note']}", ""] if out.get("note") else []),
         *([f"**Scaled down:** issue 8 asks for 2,000 jobs; this run has {w.get('jobs')}.", ""]

@@ -114,6 +114,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--runtime", type=int, default=None,
                    help=f"seconds every pod runs (default: until deleted; contended {CONTENDED_RUNTIME_S})")
     p.add_argument("--leaves", type=int, default=16, help="leaf GPUQueues the jobs are dealt over")
+    p.add_argument("--quota", type=float, default=1.0,
+                   help="the leaves' nominal GPUs together, as a multiple of the cluster's (default 1; above 1, "
+                        "jobs of a contended burst wait for GPUs rather than quota)")
     p.add_argument("--operators", type=int, default=2, help="operator replicas (one leader admits)")
     p.add_argument("--appliers", type=int, default=4, help="parallel kubectl apply processes")
     p.add_argument("--timeout", type=float, default=600, help="seconds each half may take to get all Running")
@@ -134,6 +137,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--results", type=Path, default=None, help="default bench/e2e/results[-contended].json")
     p.add_argument("--doc", type=Path, default=None, help="default docs/benchmarks-e2e[-contended].md")
     args = p.parse_args(argv)
+    if not args.quota > 0:
+        p.error(f"--quota: {args.quota} is not allowed; give a multiple of the cluster's GPUs above 0 (default 1)")
     args.fill = args.fill if args.fill is not None else CONTENDED_FILL if args.contended else 0.85
     args.runtime = args.runtime if args.runtime is not None else CONTENDED_RUNTIME_S if args.contended else None
     args.results = args.results or (CONTENDED_RESULTS if args.contended else RESULTS)
@@ -158,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {
         "command": command.strip(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
         "versions": versions(), "seed": args.seed, "shape": shape, "operators": args.operators,
-        "appliers": args.appliers, "fill": args.fill, "leaves": args.leaves, "note": args.note, "errors": [],
+        "appliers": args.appliers, "fill": args.fill, "leaves": args.leaves, "quota": args.quota, "note": args.note,
+        "errors": [],
         "contended": args.contended, "runtime_s": args.runtime,
     }
     started_here = not running(cluster_dir)
@@ -182,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         # With a full cluster nothing may start until a pod's run time is over: that is no stall.
         stall_s = args.stall + (args.runtime or 0)
         settings = harness.HalfSettings(appliers=args.appliers, timeout_s=args.timeout, stall_s=stall_s,
-                                        profile_dir=args.profile)
+                                        profile_dir=args.profile, quota=args.quota)
         stamp = time.strftime("%H%M%S")
         # The API server deletes a collection one object at a time (--delete-collection-workers=1):
         # 5,000 pods on a busy 2-core machine outlast a fixed 300 s.

@@ -97,9 +97,9 @@ CLUSTER_BOUND = frozenset({WaitReason.EXCEEDS_CLUSTER})
 """Unschedulable reasons that the cluster (new nodes), not the queue tree, can change: retried."""
 _Placed = tuple[tuple[str, ...], frozenset[str]]
 """A ``WhatIf`` that found a place: the victims it needs (among those offered) and the nodes."""
-_Question = tuple[int, int, frozenset[str], str | None]
-"""A ``Plan`` as the cycle asks it: the job's generation, its flavour (position in ``flavor_options``),
-the excluded nodes and the preferred domain."""
+_Question = tuple[int, frozenset[str], str | None]
+"""A ``Plan`` as the cycle asks it for one flavour: the job's generation, the excluded nodes and the
+preferred domain."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,14 +153,15 @@ class AdmissionCycle(Generic[J, P]):
         self._planned_with: dict[str, frozenset[str]] = {}
         """Holder UID -> the running gangs when its reservation was planned: it is planned again only
         once one of them has gone (ended early, evicted), the one thing that can move it earlier."""
-        self._refusals: dict[str, tuple[_Question, PlanAnswer[P]]] = {}
-        """Job UID -> its last ``Plan`` refused, with the answer and its room epoch (``_ask_plan``)."""
+        self._refusals: dict[str, dict[tuple[int, bool], tuple[_Question, PlanAnswer[P]]]] = {}
+        """Job UID -> (flavour, as a tenant?) -> its last ``Plan`` refused there, with the answer and its
+        room epoch (``_ask_plan``): one per flavour, so that a job of several flavours keeps them all."""
         self._room: int | None = None
         """The placement side's room epoch this cycle (``schedule``'s ``room``); None once this cycle
         released or evicted anything, so that no refusal is answered from memory after it."""
         self.plans_remembered = 0
         """``Plan`` questions answered from a kept refusal instead of the port, since this cycle object
-        was made (the operator's metric, the simulator's count)."""
+        was made (what ``bench.sim.plan_calls`` and ``bench.scale`` report)."""
 
     # -- state the driver keeps current ---------------------------------------------------------
     def tree_changed(self) -> None:
@@ -351,7 +352,7 @@ class AdmissionCycle(Generic[J, P]):
         refusals: list[PlanAnswer[P]] = []
         chosen: tuple[J, P] | None = None
         for option in fitting:
-            answer: PlanAnswer[P] = yield from self._ask_plan(option, flavour[id(option)], excluded,
+            answer: PlanAnswer[P] = yield from self._ask_plan(option, (flavour[id(option)], False), excluded,
                                                               job.previous_domain)
             if answer.placement is not None:
                 chosen = (option, answer.placement)
@@ -368,7 +369,8 @@ class AdmissionCycle(Generic[J, P]):
                 lodging = (job.excluded_nodes | self.backfill.excluded_for(job.uid, predicted_end)
                            | self._claimed_by_others(job.uid))
                 for option in fitting:
-                    answer = yield from self._ask_plan(option, flavour[id(option)], lodging, job.previous_domain)
+                    answer = yield from self._ask_plan(option, (flavour[id(option)], True), lodging,
+                                                       job.previous_domain)
                     if answer.placement is not None:
                         chosen = (option, answer.placement)
                         break
@@ -406,7 +408,7 @@ class AdmissionCycle(Generic[J, P]):
                         "and that job can start, it is evicted and queued again")
         return Entry(option, AdmitResult.ADMITTED, message=message, placement=placement)
 
-    def _ask_plan(self, option: J, flavour: int, excluded: frozenset[str], domain: str | None
+    def _ask_plan(self, option: J, where: tuple[int, bool], excluded: frozenset[str], domain: str | None
                   ) -> Generator[Effect[J, P], Any, PlanAnswer[P]]:
         """``Plan`` for ``option``, or the refusal kept for the same question at this cycle's room epoch.
 
@@ -415,18 +417,19 @@ class AdmissionCycle(Generic[J, P]):
         side moves its epoch on each such change, so a refusal given at the epoch this cycle read is
         still the answer: a head blocked on GPUs is not searched for again at every step (in the operator
         each ``Plan`` is a gRPC call and a search of the extender's ledger). A placement is never kept.
+        ``where``: the flavour (position in ``flavor_options``) and whether it is asked as a tenant.
         """
-        question: _Question = (option.generation, flavour, excluded, domain)
-        kept = self._refusals.get(option.uid)
+        question: _Question = (option.generation, excluded, domain)
+        kept = self._refusals.get(option.uid, {}).get(where)
         if (self._room is not None and kept is not None and kept[0] == question
                 and kept[1].room == self._room):
             self.plans_remembered += 1
             return kept[1]
         answer: PlanAnswer[P] = yield Plan(option, excluded, domain)
         if answer.placement is None and answer.room is not None:
-            self._refusals[option.uid] = (question, answer)
+            self._refusals.setdefault(option.uid, {})[where] = (question, answer)
         else:
-            self._refusals.pop(option.uid, None)
+            self._refusals.pop(option.uid, None)  # placed: nothing of the job's is refused any more
         return answer
 
     # (5) Preemption -------------------------------------------------------------------------------

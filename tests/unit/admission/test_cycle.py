@@ -420,3 +420,23 @@ def test_after_the_cycle_released_a_placement_no_refusal_is_answered_from_memory
     assert entries["small"].reason is WaitReason.ADMISSION_ERROR
     assert any(isinstance(e, Release) and e.job.uid == "small" for e in cluster.effects)
     assert cluster.tried() == ["small", "big"] and cycle.plans_remembered == 0
+
+
+class TwoFlavours(Quota):
+    """Every job may use two flavours (two options of the same job), tried in order."""
+
+    def flavor_options(self, job: Job) -> list[Job]:
+        return [job, dataclasses.replace(job)]
+
+
+def test_a_job_of_two_flavours_keeps_the_refusal_of_each() -> None:
+    quota = TwoFlavours(flat(**{"team-a": 24}))
+    cluster = RoomCluster(nodes=2)
+    cluster.run(Job("run", "team-a", 8), quota)
+    cycle: AdmissionCycle[Job, Placed] = AdmissionCycle(
+        quota, settings=CycleSettings(backfill=BackfillPolicy(reserve_after_seconds=None)))
+    big = Job("big", "team-a", 16)
+    schedule_at(cycle, cluster, [big], cluster.room)
+    assert cluster.tried() == ["big", "big"]
+    schedule_at(cycle, cluster, [big], cluster.room)
+    assert cluster.tried() == [] and cycle.plans_remembered == 2

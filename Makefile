@@ -26,7 +26,7 @@ lint: venv
 
 # --durations: CI's log names the tests that spend make test's 45-minute budget on its 2-core machine.
 unit: venv
-	$(VENV)/pytest tests/unit --durations=15
+	$(VENV)/pytest tests/unit -n auto --durations=15
 
 e2e: venv control-plane addons
 	$(VENV)/pytest tests/e2e --durations=40

@@ -90,9 +90,9 @@ def _node_of(ops: Any, job: str) -> set[str]:
 
 
 def test_with_time_limits_a_reservation_takes_the_nodes_that_free_first_and_short_jobs_fill_them(ops: Any) -> None:
-    # 4 nodes: "long" (limit 600 s), "b" (90 s) and "c" (100 s) hold one each; kwok pods run until
+    # 4 nodes: "long" (limit 600 s), "b" (70 s) and "c" (80 s) hold one each; kwok pods run until
     # deleted, so b and c end at their limits. "big" needs 3 nodes: it reserves b's, c's and the free
-    # one (not long's) and can start once c's limit is up. "quick" (limit 20 s) ends before that and
+    # one (not long's) and can start once c's limit is up. "quick" (limit 15 s) ends before that and
     # runs on the free reserved node at once; "slow" has no limit and waits for big.
     ops.cluster.use_shape("superpod-h100")
     pool = ops.namespace[-40:].strip("-")
@@ -104,7 +104,7 @@ def test_with_time_limits_a_reservation_takes_the_nodes_that_free_first_and_shor
         # --backfill-planned-reserve-after (default 0, at once) applies (docs/api.md); the queue's own
         # setting is the first test's.
         q = ops.queue("limits", [(H100, 1024)])
-        for name, limit in (("long", 600), ("b", 90), ("c", 100)):
+        for name, limit in (("long", 600), ("b", 70), ("c", 80)):
             ops.cluster.apply(_pooled(ops, name, q, pool, 1, timeLimitSeconds=limit))
         for name in ("long", "b", "c"):
             ops.wait_phase(name, "Running", timeout=90)
@@ -120,7 +120,7 @@ def test_with_time_limits_a_reservation_takes_the_nodes_that_free_first_and_shor
         ops.cluster.wait_for("big's status to say what it reserves", said, timeout=30, interval=1)
         reserved = set(ops.status("big")["queuePosition"]["reservedNodes"])
         assert reserved == set(nodes) - _node_of(ops, "long"), reserved
-        ops.cluster.apply(_pooled(ops, "quick", q, pool, 1, runtime="5s", timeLimitSeconds=20))
+        ops.cluster.apply(_pooled(ops, "quick", q, pool, 1, runtime="3s", timeLimitSeconds=15))
         ops.cluster.apply(_pooled(ops, "slow", q, pool, 1))
         ops.wait_phase("quick", "Running", "Succeeded", timeout=30)
         assert ops.phase("big") != "Running" and ops.phase("slow") != "Running"

@@ -139,6 +139,9 @@ async def test_preemption_evicts_only_what_is_needed_and_names_the_preemptor(job
     evicted = _preempted(w)
     assert len(evicted) == 2 and evicted <= {f"team-a/low-{i}" for i in range(5)}  # 2 gangs free 32; 24 needed
     assert set(outcome.message.split(", ")) == evicted  # the Preempting outcome names its victims
+    # docs/operator.md, "Events": a Normal Event on the preemptor naming them.
+    assert ("team-a/high", "Preempting", f"evicting 2 gang(s) to make room: {outcome.message}", False) \
+        in w.kube.events
     victim_key = sorted(evicted)[0]
     victim = w.last_status(victim_key)
     assert victim["phase"] == "Queued"

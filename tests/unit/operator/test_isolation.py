@@ -243,6 +243,9 @@ async def test_a_gang_whose_slot_was_taken_and_has_no_other_place_is_requeued_wh
     assert (status["phase"], status["reason"], status["admittedAt"]) == ("Queued", "GangDisplaced", None), status
     cond = get_condition(status["conditions"], CondType.QUEUED)
     assert cond is not None and "serving/web-0" in cond["message"] and "requeued whole" in cond["message"], cond
+    # docs/operator.md, "Events": a Warning Event with the condition's reason.
+    assert [e for e in w.kube.events if e[1] == "GangDisplaced"] == [
+        ("team-a/big", "GangDisplaced", cond["message"], True)], w.kube.events
     assert {("Pod", "team-a", "big-0"), ("Pod", "team-a", "big-1")} <= set(w.kube.deleted)  # whole, at once
     assert "uid-big" not in w.quota.tree
 

@@ -87,6 +87,42 @@ def test_invalid_case_is_refused_naming_the_field(crds: Cluster, namespace: str,
     assert case.field in proc.stderr, proc.stderr
 
 
+def test_gpus_per_replica_beside_a_template_gpu_is_refused_naming_both_fields(crds: Cluster, namespace: str) -> None:
+    """docs/api.md, `gpusPerReplica`: not together with a GPU limit or request in the template (containers
+    or init containers); the schema refuses that naming both fields."""
+    base = next(c for c in VALID if c.name == "gpusPerReplica without a template limit").manifest
+    gpu = {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}
+    for where in ("containers", "initContainers"):
+        manifest = yaml.safe_load(yaml.safe_dump(base))
+        pod = manifest["spec"]["template"]["spec"]
+        if where == "containers":
+            pod["containers"][0]["resources"] = gpu
+        else:
+            pod["initContainers"] = [{"name": "init", "image": "busybox", "resources": gpu}]
+        proc = _dry_run(crds, _in(namespace, manifest))
+        assert proc.returncode != 0, f"gpusPerReplica beside a GPU in {where} was accepted"
+        assert "gpusPerReplica" in proc.stderr and "spec.template" in proc.stderr, proc.stderr
+
+
+def test_status_phase_takes_the_documented_values_and_pending(crds: Cluster, namespace: str) -> None:
+    """docs/api.md, GPUJob status: the schema accepts every phase the operator writes and `Pending`,
+    which this version does not write; anything else is refused naming `status.phase`."""
+    job = _in(namespace, next(c for c in VALID if c.name == "the base job").manifest)
+    job = {**job, "metadata": {**job["metadata"], "name": "phase-values"}}
+    crds.apply(job)
+
+    def patch(phase: str) -> Any:
+        return crds.kubectl("patch", "gpujob", "phase-values", "-n", namespace, "--subresource=status",
+                            "--type=merge", "-p", f'{{"status": {{"phase": "{phase}"}}}}', "--dry-run=server",
+                            check=False)
+
+    for phase in ("Pending", "Queued", "Admitted", "Running", "Succeeded", "Failed", "Suspended", "Unschedulable"):
+        proc = patch(phase)
+        assert proc.returncode == 0, (phase, proc.stderr)
+    refused = patch("Starting")
+    assert refused.returncode != 0 and "status.phase" in refused.stderr, refused.stderr
+
+
 def test_kubectl_explain_shows_the_models_field_descriptions(crds: Cluster) -> None:
     # docs/api.md promises it: the CRD's descriptions come from the models' field docstrings.
     from kubegang.api import GPUJobSpec

@@ -241,6 +241,26 @@ def test_gpus_per_replica_is_the_sum_over_containers_and_the_queue_is_charged_th
     assert ops.pods("one-more") == []
 
 
+def test_native_sidecars_and_init_containers_count_as_kube_scheduler_counts_them(ops: Any) -> None:
+    """docs/api.md, `template`: the sum over containers plus every sidecar (an init container with
+    `restartPolicy: Always`) or, when larger, an init container's own request plus the sidecars before it."""
+    ops.cluster.use_shape("superpod-h100")
+    q = ops.queue("sidecars", [(H100, 8)])
+    manifest = ops.job_manifest("sidecars", q, 1, 1)
+    manifest["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "shipper", "image": "logs:1", "restartPolicy": "Always", "resources": {"limits": {GPU: 1}}},
+        {"name": "warmup", "image": "warmup:1", "resources": {"limits": {GPU: 4}}},
+    ]
+    ops.cluster.apply(manifest)
+    status = ops.wait_phase("sidecars", "Running", timeout=90)
+    assert status["totalGPUs"] == 5, status  # max(main 1 + shipper 1, warmup 4 + shipper 1)
+    [slot] = status["placement"]["pods"]
+    assert len(slot["gpus"]) == 5, status["placement"]
+    _wait_used(ops, q, 5)
+    [pod] = ops.running_pods("sidecars")
+    assert len(pod["metadata"]["annotations"]["kubegang.io/gpus"].split(",")) == 5, pod["metadata"]
+
+
 # -- framework: torchrun and mpi ----------------------------------------------------------------------
 def test_torchrun_and_mpi_gangs_get_a_headless_service_rendezvous_env_and_a_hostfile(ops: Any) -> None:
     ops.cluster.use_shape("superpod-h100")

@@ -361,3 +361,19 @@ async def test_the_next_flavour_is_tried_when_the_first_fits_in_quota_but_not_on
     assert outcome.result == "Admitted", outcome
     assert [p["node"] for p in w.last_status("team-a/train")["placement"]["pods"]] == ["b-0"]
     assert w.quota.usage()["team-a"].usage == {"B": 8}
+
+
+async def test_a_new_jobs_phase_stays_unset_until_the_first_cycle_that_sees_it(job_body: Any, make_world: Any) -> None:
+    """docs/api.md, GPUJob status: `phase` is unset (an empty PHASE column) until the first admission
+    cycle that sees the job, which admits it or writes why it waits; nothing writes `Pending`."""
+    w = make_world({"team-a": 16}, NODES)
+    w.submit(job_body("fits", replicas=1, gpus=8))
+    w.submit(job_body("waits", replicas=4, gpus=8, created="2025-01-01T00:00:01Z"))
+    await w.supervisor.run_pass()            # the supervision pass alone writes nothing for them
+    await w.admission.settle()
+    assert "team-a/fits" not in w.kube.status and "team-a/waits" not in w.kube.status
+    await w.cycle()
+    assert w.last_status("team-a/fits")["phase"] == "Admitted"
+    assert w.last_status("team-a/waits")["phase"] in ("Queued", "Unschedulable")
+    written = [s.get("phase") for writes in w.kube.status.values() for s in writes]
+    assert "Pending" not in written, written

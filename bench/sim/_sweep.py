@@ -11,8 +11,8 @@ trial "ends" when its container exits, so the kubelet noticing that is counted a
 Why a model of each system's *start path*: such a sweep loses GPU time only while a trial starts or
 a slot waits for the next one, so the result is the sum of the delays on that path. Each delay is a
 step the real system takes, its number from the code the operator runs or from this project's
-end-to-end measurement on the real control plane (``bench/e2e/results.json``; the table of
-:func:`latency_sources`):
+end-to-end measurements on the real control plane (``bench/e2e/results.json``, and the end-to-end
+sweep's ``bench/e2e/results-sweep.json`` for one operator write; the table of :func:`latency_sources`):
 
 kubegang (``Operator``)
     The operator's loop (``kubegang.operator._controller``): a watch event wakes it and it runs one
@@ -66,6 +66,13 @@ from ._workload import Job
 
 E2E_RESULTS = Path(__file__).resolve().parents[1] / "e2e" / "results.json"
 """The end-to-end run on the real control plane whose measured latencies the model uses."""
+SWEEP_RESULTS = Path(__file__).resolve().parents[1] / "e2e" / "results-sweep.json"
+"""The end-to-end sweep (``python -m bench.e2e.sweep``): its trials' Admitted-to-pod-created times are
+the operator's write as this model makes it, one job at a time. (The burst's first job alone, the
+source before, is one sample of two watch streams' order: in a full-size run of the 31st session its
+pod's event came 9 ms *before* its Admitted one, a write of 0 ms.)"""
+WRITE_STEP = "Admitted → pod created"
+"""The end-to-end sweep's step whose median is one operator write (``steps_ms``)."""
 TRIALS = 500
 TRIAL_SECONDS = 300.0
 TRIAL_JITTER = 0.1
@@ -116,11 +123,26 @@ def _e2e(path: Path) -> dict[str, Any]:
     return data
 
 
-def latencies(kubelet_start_s: float = 0.0, e2e_results: Path = E2E_RESULTS) -> Latencies:
+def _write_s(path: Path) -> float:
+    """One operator API write: the end-to-end sweep's median Admitted-to-pod-created time, in seconds."""
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        median_ms = float(data["kubegang"]["steps_ms"][WRITE_STEP]["p50"])
+    except (OSError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: the end-to-end sweep's results (python -m bench.e2e.sweep) are needed for the "
+                         f"operator's write time; missing or unreadable: {exc!r}") from exc
+    if not median_ms > 0:
+        raise ValueError(f"{path}: the end-to-end sweep's {WRITE_STEP!r} median is {median_ms} ms; a write takes "
+                         "time, so the run is not usable")
+    return median_ms / 1000.0
+
+
+def latencies(kubelet_start_s: float = 0.0, e2e_results: Path = E2E_RESULTS,
+              sweep_results: Path = SWEEP_RESULTS) -> Latencies:
     """The model's delays: the operator's own settings, and the rest measured end to end."""
     e2e = _e2e(e2e_results)
     settings = OperatorSettings(extender_address="unused:0")
-    plain, kg = e2e["plain"], e2e["kubegang"]
+    plain = e2e["plain"]
     per_pod = 1.0 / plain["pods_bound"]["steady_per_s"]
     create_to_bind = plain["pods_bound"]["p50_s"] - plain["pods_created"]["p50_s"]
     return Latencies(
@@ -129,7 +151,7 @@ def latencies(kubelet_start_s: float = 0.0, e2e_results: Path = E2E_RESULTS) -> 
         api_qps=settings.api_qps,
         api_burst=settings.api_burst,
         creation_concurrency=settings.creation_concurrency,
-        api_write_s=max(0.0, kg["pods_created"]["first_s"] - kg["jobs_admitted"]["first_s"]),
+        api_write_s=_write_s(sweep_results),
         scheduler_pod_s=per_pod,
         bind_s=max(0.0, create_to_bind - per_pod),
         extender_pod_s=e2e["summary"]["extender_scheduler_verbs_ms_per_pod"] / 1000.0,
@@ -151,7 +173,7 @@ def latency_sources(lat: Latencies) -> list[tuple[str, str, str]]:
         ("operator API rate limit", f"{lat.api_qps:g}/s, burst {lat.api_burst}",
          "`OperatorSettings.api_qps` / `api_burst`"),
         ("one operator API write", ms(lat.api_write_s),
-         "e2e: first GPUJob's Admitted to its pod created (`bench/e2e/results.json`)"),
+         "e2e sweep: a trial's Admitted to its pod created, median over its trials (`bench/e2e/results-sweep.json`)"),
         ("kube-scheduler time per pod", ms(lat.scheduler_pod_s),
          "e2e: 1 / plain pods bound per s, steady (an upper bound: pod creation was the limit)"),
         ("binding and watch after scheduling", ms(lat.bind_s),

@@ -97,3 +97,16 @@ def test_the_cost_curves_next_cycle_with_nothing_freed_asks_no_refused_question_
     row = scale.cycle_curve(256, 300)
     assert row["tried"] == 300 and row["plans"] > row["admitted"] > 0
     assert row["next_plans"] == 0
+
+
+def test_one_operator_write_is_the_end_to_end_sweeps_median_and_a_missing_or_zero_one_is_named(
+        tmp_path: Path) -> None:
+    data = json.loads(sweep.SWEEP_RESULTS.read_text())
+    median_ms = data["kubegang"]["steps_ms"][sweep.WRITE_STEP]["p50"]
+    assert sweep.latencies().api_write_s == pytest.approx(median_ms / 1000) and median_ms > 0
+    with pytest.raises(ValueError, match=r"nothing\.json"):
+        sweep.latencies(sweep_results=tmp_path / "nothing.json")
+    data["kubegang"]["steps_ms"][sweep.WRITE_STEP]["p50"] = 0.0
+    (tmp_path / "zero.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"zero\.json.*not usable"):
+        sweep.latencies(sweep_results=tmp_path / "zero.json")

@@ -193,6 +193,8 @@ class KubegangPolicy:
     """Queue tree + fair share + whole-gang placement + gang preemption + backfill: the operator's cycle."""
 
     name = "kubegang"
+    quota_port: type[_TreeQuota] = _TreeQuota
+    """The cycle's quota port over the run's tree (an experiment may give its own subclass)."""
 
     def __init__(self, queues: int = 1, backfill: BackfillPolicy | None = None, *,
                  max_rounds: int | None = None, use_limits: bool = True) -> None:
@@ -223,7 +225,7 @@ class KubegangPolicy:
             for i in range(self.queues)
         ]
         self.tree = QuotaTree(specs, clock=lambda: self.now)
-        self.quota = _TreeQuota(self.tree, lambda: self.now)
+        self.quota = self.quota_port(self.tree, lambda: self.now)
         self.cycle: AdmissionCycle[_SimJob, Placement] = AdmissionCycle(
             self.quota, settings=self.settings, clock=lambda: self.now)
         self.waiting_jobs: dict[str, _SimJob] = {}

@@ -13,7 +13,6 @@ Prints a Markdown table (and writes it with ``--out FILE``).
 from __future__ import annotations
 
 import argparse
-import bisect
 import sys
 import time
 from collections.abc import Callable
@@ -26,8 +25,8 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 from bench._gangs import TUNING_SEED_BASE
 from bench.sim import KubegangPolicy, Policy, SlurmTreeModel, benchmark_spec, for_cluster, load_cluster, simulate
 from bench.sim._kubegang import _TreeQuota
+from bench.sim._metrics import percentile
 from bench.sim._stats import paired
-from kubegang.admission import AdmissionCycle
 from kubegang.quota import BackfillPolicy
 
 HOUR = 3600.0
@@ -37,9 +36,9 @@ P95_MIN_ADMISSIONS = 20
 
 class _PastP95Quota(_TreeQuota):
     """The simulator's quota port whose queue threshold (``reserve_after``) is the 95th percentile of
-    the waits (start less arrival) of the jobs admitted so far: a gang reserves only once it has waited
-    longer than nearly every job before it (benchmarks-analysis.md, "Reserving only past the queue's p95
-    wait"; measured, not kept)."""
+    the waits (start less arrival) of the jobs admitted so far, as the page's p95 delay counts it
+    (``percentile``): a gang reserves only once it has waited longer than nearly every job before it
+    (benchmarks-analysis.md, "Reserving only past the queue's p95 wait"; measured, not kept)."""
 
     def __init__(self, tree: Any, clock: Any) -> None:
         super().__init__(tree, clock)
@@ -48,22 +47,18 @@ class _PastP95Quota(_TreeQuota):
     def admit(self, job: Any) -> Any:
         verdict = super().admit(job)
         if verdict.ok:
-            bisect.insort(self.waits, self.clock() - job.job.arrival)
+            self.waits.append(self.clock() - job.job.arrival)
         return verdict
 
     def reserve_after(self, job: Any) -> float | None:
-        if len(self.waits) < P95_MIN_ADMISSIONS:
-            return None
-        return self.waits[int(0.95 * (len(self.waits) - 1))]
+        return percentile(self.waits, 95.0) if len(self.waits) >= P95_MIN_ADMISSIONS else None
 
 
 class PastP95Policy(KubegangPolicy):
     """kubegang with ``_PastP95Quota``: the production cycle, only the queue's threshold differs."""
 
-    def reset(self, cluster: Any, snapshot: Any, rng: Any) -> None:
-        super().reset(cluster, snapshot, rng)
-        self.quota = _PastP95Quota(self.tree, lambda: self.now)
-        self.cycle = AdmissionCycle(self.quota, settings=self.settings, clock=lambda: self.now)
+    quota_port = _PastP95Quota
+
 
 FIELDS = (("alloc_arrivals", "alloc (arrivals), points", 100.0), ("queue_delay_p95_h", "p95 delay h", 1.0),
           ("makespan_h", "makespan h", 1.0), ("large_wait_p99_h", "large p99 h", 1.0),

@@ -375,7 +375,7 @@ class Admission:
         )
         status |= status_fields(GPUJobStatus(
             placement=placement, admitted_at=timestamp(now), pods_created_at=None, ready_replicas=0,
-            total_gpus=job.spec.total_gpus(), queue_position=None,  # it waits no more: in the same write
+            total_gpus=job.requested_gpus, queue_position=None,  # it waits no more: in the same write
         ))
         return self.cache.assume(job, status), status
 

@@ -187,7 +187,7 @@ def resized(job: JobView) -> str | None:
     total = job.status.get("totalGPUs")
     if isinstance(total, int | float) and not isinstance(total, bool):
         was = round(total * MILLI / admitted)
-        now = job.spec.gpu_milli_per_replica()
+        now = job.gpu_milli_per_replica
         if was != now:
             spec = job.spec
             field = ("spec.gpuFraction" if spec.gpu_fraction is not None else

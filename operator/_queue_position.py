@@ -64,7 +64,7 @@ class PositionReporter:
             return 0
         self._last = self.monotonic()
         found = positions(pending)
-        gpus = {view.uid: float(view.spec.total_gpus()) for view in pending}
+        gpus = {view.uid: view.requested_gpus for view in pending}
         stamp = timestamp(self.now())
         queued = 0
         waited, self._waited = self._waited, {view.uid for view in pending}

@@ -281,7 +281,7 @@ class QuotaBook:
 
     def usage_of(self, job: JobView) -> dict[str, int]:
         """Thousandths of a GPU per flavour of the whole gang (a shared-GPU job is charged its share)."""
-        milli = job.replicas * job.spec.gpu_milli_per_replica()
+        milli = job.replicas * job.gpu_milli_per_replica
         return {self.flavor_of(job): milli} if milli else {}
 
     def priority(self, job: JobView) -> int:

@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kubegang.operator._job import JobSpecError, job_view
 
@@ -62,3 +67,46 @@ def test_a_bad_cpu_request_names_the_field(job_body: Any) -> None:
     body["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "lots"}
     with pytest.raises(JobSpecError, match=r"containers\[0\]\.resources\.requests\.cpu"):
         job_view(body)
+
+
+def _valid_jobs() -> list[Any]:
+    """Every valid GPUJob of the validation table and of examples/ (the shapes a user writes)."""
+    root = Path(__file__).resolve().parents[3]
+    spec = importlib.util.spec_from_file_location("kubegang_api_cases_job", root / "tests/unit/api/cases.py")
+    assert spec is not None and spec.loader is not None
+    cases = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = cases  # its dataclass looks its module up while being built
+    spec.loader.exec_module(cases)
+    bodies = [c.manifest for c in cases.load("valid")]
+    for path in sorted((root / "examples").rglob("*.yaml")):
+        bodies += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    jobs = [b for b in bodies if b.get("kind") == "GPUJob"]
+    for i, body in enumerate(jobs):
+        body.setdefault("metadata", {}).setdefault("namespace", "ns")
+        body["metadata"]["uid"] = f"uid-{i}"
+    return jobs
+
+
+def test_the_views_gpu_count_is_the_specs_own_rule() -> None:
+    """``JobView.gpu_milli_per_replica`` and ``requested_gpus`` reuse the count the view made once; they
+    must say what ``GPUJobSpec`` says for every job shape (whole GPUs by limit or by gpusPerReplica, a
+    share of one GPU, init containers and sidecars, CPU-only)."""
+    jobs = _valid_jobs()
+    seen = set()
+    for body in jobs:
+        view = job_view(body)
+        assert view.gpu_milli_per_replica == view.spec.gpu_milli_per_replica(), body["metadata"]
+        assert view.requested_gpus == view.spec.total_gpus(), body["metadata"]
+        seen.add(view.gpu_milli_per_replica)
+    assert len(jobs) >= 10 and len(seen) >= 3, (len(jobs), seen)  # whole, shared and several counts
+
+
+def test_the_views_placement_is_parsed_once_and_a_new_status_is_a_new_view(job_body: Any) -> None:
+    body = job_body(replicas=1, gpus=8)
+    body["status"] = {"placement": {"domain": "su-1", "pods": [{"index": 0, "node": "n1", "gpus": [0]}]}}
+    view = job_view(body)
+    assert view.placement is view.placement and view.placement is not None
+    assert view.placement.domain == "su-1"
+    moved = dataclasses.replace(view, status={"placement": {"domain": "su-2", "pods": [{"index": 0, "node": "n2"}]}})
+    assert moved.placement is not None and moved.placement.domain == "su-2"
+    assert view.placement.domain == "su-1"

@@ -140,12 +140,13 @@ class JobView:
         value = self.status.get("admittedAt")
         return str(value) if value else None
 
-    @property
+    @functools.cached_property
     def attempt(self) -> str:
         """Identity of the current admission, stamped on its pods (label kubegang.io/attempt).
 
         Derived from ``admittedAt`` so it survives a leader change without a status field of its own;
-        pods of any other attempt are stale.
+        pods of any other attempt are stale. Derived once per view: the supervisor compares it with
+        every pod of the job on every look.
         """
         return "".join(ch for ch in (self.admitted_at or "none") if ch.isalnum())
 

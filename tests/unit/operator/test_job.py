@@ -101,12 +101,16 @@ def test_the_views_gpu_count_is_the_specs_own_rule() -> None:
     assert len(jobs) >= 10 and len(seen) >= 3, (len(jobs), seen)  # whole, shared and several counts
 
 
-def test_the_views_placement_is_parsed_once_and_a_new_status_is_a_new_view(job_body: Any) -> None:
+def test_the_views_placement_and_attempt_are_read_once_and_a_new_status_is_a_new_view(job_body: Any) -> None:
     body = job_body(replicas=1, gpus=8)
-    body["status"] = {"placement": {"domain": "su-1", "pods": [{"index": 0, "node": "n1", "gpus": [0]}]}}
+    body["status"] = {"placement": {"domain": "su-1", "pods": [{"index": 0, "node": "n1", "gpus": [0]}]},
+                      "admittedAt": "2026-12-07T10:00:00.123Z"}
     view = job_view(body)
     assert view.placement is view.placement and view.placement is not None
-    assert view.placement.domain == "su-1"
-    moved = dataclasses.replace(view, status={"placement": {"domain": "su-2", "pods": [{"index": 0, "node": "n2"}]}})
+    assert view.placement.domain == "su-1" and view.attempt == "20261207T100000123Z"
+    moved = dataclasses.replace(view, status={"placement": {"domain": "su-2", "pods": [{"index": 0, "node": "n2"}]},
+                                              "admittedAt": "2026-12-07T11:00:00.000Z"})
     assert moved.placement is not None and moved.placement.domain == "su-2"
-    assert view.placement.domain == "su-1"
+    assert moved.attempt == "20261207T110000000Z"
+    assert view.placement.domain == "su-1" and view.attempt == "20261207T100000123Z"
+    assert dataclasses.replace(view, status={}).attempt == "none"

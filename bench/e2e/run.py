@@ -56,6 +56,27 @@ def versions() -> dict[str, str]:
     return {k.strip(): v.strip() for k, v in pairs}
 
 
+def code() -> dict[str, Any]:
+    """Which kubegang the run's processes import, and its commit; raises when it is not this checkout's.
+
+    kubegang's processes are started as ``python -m kubegang.<process>`` from the cluster folder, so they
+    import what this interpreter finds first. The project's virtual environment installs the package in
+    editable mode, pointing at the checkout it was made in: run from another worktree (a "before" side of
+    an A/B) with that environment, every process would run the first checkout's code while the results
+    named the worktree. ``PYTHONPATH=<worktree>`` makes it import the worktree's own."""
+    import kubegang
+
+    package = Path(kubegang.__file__).resolve().parent
+    if not package.is_relative_to(REPO):
+        raise RuntimeError(f"this interpreter imports kubegang from {package}, not from this checkout ({REPO}): "
+                           f"the processes would run that code; run with PYTHONPATH={REPO}")
+    git = ["git", "-C", str(REPO)]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                           text=True).stdout.strip()
+    return {"kubegang_package": str(package), "commit": head, "uncommitted_changes": bool(dirty)}
+
+
 def kubectl_path() -> str:
     cache = os.environ.get("KUBEGANG_CACHE") or str(
         Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kubegang")
@@ -162,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m bench.e2e.run " + " ".join(argv if argv is not None else sys.argv[1:])
     out: dict[str, Any] = {
         "command": command.strip(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
-        "versions": versions(), "seed": args.seed, "shape": shape, "operators": args.operators,
+        "versions": versions(), "code": code(), "seed": args.seed, "shape": shape, "operators": args.operators,
         "appliers": args.appliers, "fill": args.fill, "leaves": args.leaves, "quota": args.quota, "note": args.note,
         "errors": [],
         "contended": args.contended, "runtime_s": args.runtime,

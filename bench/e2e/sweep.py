@@ -31,7 +31,7 @@ from bench.e2e import _harness as harness
 from bench.e2e import _sweep_report as report
 from bench.e2e import _sweep_workload as workload
 from bench.e2e._sweep_halves import delete_queues, run_half
-from bench.e2e.run import HACK, REPO, hack, kubectl_path, machine, running, versions
+from bench.e2e.run import HACK, REPO, code, hack, kubectl_path, machine, running, versions
 
 RESULTS = Path(__file__).resolve().parent / "results-sweep.json"
 DOC = REPO / "docs" / "benchmarks-sweep.md"
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {
         "command": command.strip(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
         "uptime_at_start": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-        "versions": versions(), "shape": args.shape, "operators": args.operators, "note": args.note,
+        "versions": versions(), "code": code(), "shape": args.shape, "operators": args.operators, "note": args.note,
         "errors": [],
     }
     print(f"[sweep] {out['uptime_at_start']}", file=sys.stderr)

@@ -251,6 +251,7 @@ class Admission:
         self._report_held_back()
         self._export_queue_gauges(pending)
         room = await self.placement.room() if pending else None
+        self.quota.begin_cycle()
         entries = await run_async(
             self.cycle.schedule(pending, holds_pods=lambda uid: bool(self.cache.pods.get(uid)), room=room),
             self._answer,

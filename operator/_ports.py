@@ -61,6 +61,11 @@ class QuotaPort(CycleQuotaPort[JobView], Protocol):
         """Release ``job_uid`` if it is counted as such a holder; True when it was."""
         ...
 
+    def begin_cycle(self) -> None:
+        """A cycle starts: what the port keeps of the held gangs for the cycle's questions (their start,
+        their priority) is read afresh."""
+        ...
+
     def usage(self) -> Mapping[str, QueueUsage]:
         """Per-queue usage for GPUQueue status."""
         ...

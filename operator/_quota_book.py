@@ -159,6 +159,13 @@ class QuotaBook:
         self._queue_priority: dict[str, int] = {}
         self._reserve_after: dict[str, float] = {}
         self._held: dict[str, JobView] = {}
+        self._rows: dict[str, RunningJob] | None = None
+        """The held gangs as ``candidates_for`` reads them, built once per cycle (``begin_cycle``) and kept
+        current as gangs are kept and released: every blocked head of a cycle asks for its preemption
+        candidates, and building a row for every held gang each time made a cycle O(heads x held) (5.6 ms a
+        head at 1,000 held gangs; 3.5 s of CPU for a cycle of 1,000 blocked heads)."""
+        self._stale_rows: set[str] = set()
+        """UIDs kept or released since their row was built."""
         self._holders: dict[str, tuple[str, dict[str, int]]] = {}
         """UID -> (queue, usage) of the jobs counted from their status alone (``record_holder``)."""
         self._order: dict[str, int] = {}
@@ -211,6 +218,7 @@ class QuotaBook:
         self._held = {}
         self._holders = {}
         self._order = {}
+        self._rows = None
         return problems
 
     def path_flavors(self, queue: str) -> list[str]:
@@ -412,6 +420,7 @@ class QuotaBook:
             self._order[held.uid] = self._recorded
         self._held[held.uid] = held
         self._assigned[held.uid] = held.flavor
+        self._stale_rows.add(held.uid)
 
     def release(self, job_uid: str) -> None:
         self.tree.release(job_uid)
@@ -419,6 +428,7 @@ class QuotaBook:
         self._holders.pop(job_uid, None)
         self._order.pop(job_uid, None)
         self._assigned.pop(job_uid, None)
+        self._stale_rows.add(job_uid)
 
     def positions(self, pending: Sequence[JobView]) -> dict[str, QueuePosition]:
         """Where each waiting job stands (``kubegang.quota.queue_positions``: the cycle's own order)."""
@@ -479,23 +489,38 @@ class QuotaBook:
     def preemption_candidates(self, job: JobView) -> list[Preemptible[JobView]]:
         if job.queue not in self.tree.leaves:
             return []
-        # What each gang is charged, as the tree holds it (what evicting it gives back), rather than
-        # its pods' requests counted again for every gang at every blocked head.
-        tree = self.tree
-        running = [
-            RunningJob(
-                held.uid,
-                held.queue,
-                tree.job_usage(held.uid) if held.uid in tree else self.usage_of(held),
-                self.priority(held),
-                self._started(held),
-            )
-            for held in self._held.values()
-        ]
         return [
             Preemptible(self._held[c.job.job_id], _why(c.reason, job, self._held[c.job.job_id]))
-            for c in candidates_for(self.pending_job(job), self.tree, running)
+            for c in candidates_for(self.pending_job(job), self.tree, self._running_rows())
         ]
+
+    def begin_cycle(self) -> None:
+        """A cycle starts: the held gangs' rows are built afresh at its first blocked head, with their
+        start and priority as the cache has them now. Within a cycle they change only as gangs are kept
+        or released (a snapshot per cycle, as Kueue's): a gang's ``startedAt`` arriving meanwhile moves
+        it among the victims from the next cycle on."""
+        self._rows = None
+
+    def _running_rows(self) -> Iterable[RunningJob]:
+        """The held gangs as ``candidates_for`` reads them (``_rows``)."""
+        if self._rows is None:
+            self._rows = {uid: self._row(held) for uid, held in self._held.items()}
+            self._stale_rows.clear()
+        elif self._stale_rows:
+            for uid in self._stale_rows:
+                held = self._held.get(uid)
+                if held is None:
+                    self._rows.pop(uid, None)
+                else:
+                    self._rows[uid] = self._row(held)
+            self._stale_rows.clear()
+        return self._rows.values()
+
+    def _row(self, held: JobView) -> RunningJob:
+        """One held gang as ``candidates_for`` reads it: what the tree charges it (what evicting it gives
+        back, rather than its pods' requests counted again), its priority and when it started."""
+        usage = self.tree.job_usage(held.uid) if held.uid in self.tree else self.usage_of(held)
+        return RunningJob(held.uid, held.queue, usage, self.priority(held), self._started(held))
 
     def usage(self) -> Mapping[str, QueueUsage]:
         out: dict[str, QueueUsage] = {}

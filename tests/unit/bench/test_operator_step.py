@@ -12,3 +12,13 @@ def test_a_step_over_running_gangs_writes_nothing_and_is_timed() -> None:
     result = asyncio.run(step_cost(30, steps=2))
     assert result["jobs"] == 30 and result["pods"] >= 30 and result["steps"] == 2
     assert result["step_cpu_ms"] >= 0
+
+
+def test_a_cycle_over_blocked_heads_decides_each_and_holds_every_running_gang_in_quota() -> None:
+    """The cycle measure runs the production ``Admission.run_cycle``: every waiting job is tried and left
+    waiting (the full cluster admits none), every Running gang is counted in the quota book."""
+    from bench.operator_step import cycle_cost
+
+    result = asyncio.run(cycle_cost(30, 12, cycles=2))
+    assert result["held_in_quota"] == 30 and result["waiting"] == 12
+    assert result["heads_decided"] == 12 and result["cycle_cpu_ms"] > 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from bench.operator_step import step_cost
+from bench.operator_step import cycle_cost, step_cost
 
 
 def test_a_step_over_running_gangs_writes_nothing_and_is_timed() -> None:
@@ -17,8 +17,6 @@ def test_a_step_over_running_gangs_writes_nothing_and_is_timed() -> None:
 def test_a_cycle_over_blocked_heads_decides_each_and_holds_every_running_gang_in_quota() -> None:
     """The cycle measure runs the production ``Admission.run_cycle``: every waiting job is tried and left
     waiting (the full cluster admits none), every Running gang is counted in the quota book."""
-    from bench.operator_step import cycle_cost
-
     result = asyncio.run(cycle_cost(30, 12, cycles=2))
     assert result["held_in_quota"] == 30 and result["waiting"] == 12
     assert result["heads_decided"] == 12 and result["cycle_cpu_ms"] > 0

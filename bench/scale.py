@@ -225,7 +225,12 @@ def render(data: dict[str, Any]) -> list[str]:
         f"`AdmissionCycle` (its default settings, {QUEUES} leaf queues) over 1-8-node jobs, the cluster "
         f"{FILL:.0%} held at the start; a decision is one head tried; *the next cycle* runs it again at once "
         "with nothing freed in between, as a leader's step between completions, where refused `Plan`s are "
-        "answered from memory (the room epoch). Growth: the best of constant / log / "
+        "answered from memory (the room epoch); the `Plan`s it still asks are for the heads that entered "
+        "the cycle's window of heads when the first cycle's admitted jobs left it. Its quota port is the "
+        "simulator's (`bench/sim/_kubegang.py`, over the same `kubegang.quota` tree); the operator's own, "
+        "the `QuotaBook`, with the preemption question every blocked head asks, is measured by "
+        "`python -m bench.operator_step --waiting` ([benchmarks-e2e-analysis.md](benchmarks-e2e-analysis.md)). "
+        "Growth: the best of constant / log / "
         "linear least-squares fits, with the log-log slope (cost ~ n^k). Times are CPU time of the calling "
         "thread (other processes on this shared machine disturb it less than wall time).", "",
         "| nodes | " + " | ".join(f"{r['nodes']:,}" for r in plan_rows) + " | growth |",

@@ -266,6 +266,7 @@ class Engine:
 
     def _cycle(self) -> dict[str, Entry[JobView, Placement]]:
         cycle: AdmissionCycle[JobView, Placement] = AdmissionCycle(self.book)
+        self.book.begin_cycle()  # as the operator's cycle does: the held gangs read as they are now
         for uid, nodes in self.reservations_held().items():
             try:  # later jobs are placed around them, as in the operator's cycle
                 cycle.backfill.reserve(uid, nodes)

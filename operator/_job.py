@@ -26,6 +26,7 @@ from kubegang.api import (
     PodRequests,
     RequestError,
     pod_spec_requests,
+    replica_gpu_milli,
 )
 from kubegang.operator._conditions import Phase, parse_rfc3339
 from kubegang.placement import MILLI, Toleration
@@ -111,10 +112,10 @@ class JobView:
 
     @property
     def gpu_milli_per_replica(self) -> int:
-        """One pod's GPU demand in thousandths of a GPU: ``GPUJobSpec.gpu_milli_per_replica`` from the
-        count made once per view (``pod``). The spec's method dumps and counts the template on every
+        """One pod's GPU demand in thousandths of a GPU: the spec's rule (``replica_gpu_milli``) over the
+        count made once per view (``pod``). The spec's own method dumps and counts the template on every
         call, which the supervisor's every look at a job paid (5% of the leader in a burst's profile)."""
-        return self.gpu_milli or self.gpus_per_replica * MILLI
+        return replica_gpu_milli(self.spec.gpu_fraction, self.gpus_per_replica)
 
     @property
     def requested_gpus(self) -> float:

@@ -22,6 +22,7 @@ from kubegang.api._gpujob import (
     QueuePosition,
     ReplicaPlacement,
     Topology,
+    replica_gpu_milli,
 )
 from kubegang.api._gpuqueue import (
     FlavorAmount,
@@ -155,6 +156,7 @@ __all__ = [
     "pod_requests",
     "pod_spec_requests",
     "ray_cluster_gang",
+    "replica_gpu_milli",
     "scheduling_group_name",
     "selected_source",
     "source_job_name",

@@ -36,6 +36,13 @@ MILLI = 1000
 """gpuFraction is counted in thousandths of one GPU."""
 
 
+def replica_gpu_milli(gpu_fraction: int | None, whole_gpus: int) -> int:
+    """One replica's GPU demand in thousandths of a GPU: its share of one GPU (``spec.gpuFraction``) when
+    it has one, else its whole GPUs. The one rule, for the spec and for a reader that counted the whole
+    GPUs once already (the operator's ``JobView``)."""
+    return gpu_fraction if gpu_fraction is not None else whole_gpus * MILLI
+
+
 class JobPhase(enum.StrEnum):
     """``status.phase``: the one-word summary printed by ``kubectl get``."""
 
@@ -235,9 +242,7 @@ class GPUJobSpec(ApiModel):
 
     def gpu_milli_per_replica(self) -> int:
         """GPU demand of one replica in thousandths of a GPU."""
-        if self.gpu_fraction is not None:
-            return self.gpu_fraction
-        return self.whole_gpus_per_replica() * MILLI
+        return replica_gpu_milli(self.gpu_fraction, self.whole_gpus_per_replica())
 
     def total_gpus(self) -> float:
         """GPUs the whole gang asks for (``status.totalGPUs``)."""

@@ -35,7 +35,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.e2e._workload import generate, gpujob_manifest
+from bench.e2e._workload import GPU, BenchJob, generate, gpujob_manifest, queue_tree
 from kubegang.admission import PlanAnswer, WhatIfAnswer
 from kubegang.api import ReplicaPlacement
 from kubegang.operator._admission import Admission
@@ -76,25 +76,26 @@ class _FullCluster:
 
 
 class _AcceptingApi:
-    """The API side: every write succeeds (the waiting jobs' reports are written in the background)."""
+    """The API side of a cycle that admits nothing: its waiting reports (status writes, Events) succeed.
+    Any other write (a pod created or deleted) is a bug of the measure and raises."""
 
     async def patch_job_status(self, job: Any, patch: Any, **_: Any) -> str:
         return "1"
 
+    async def patch_named_job_status(self, namespace: str, name: str, patch: Any) -> None:
+        return None
+
+    async def patch_queue_status(self, name: str, patch: Any) -> None:
+        return None
+
     async def reserve_background(self) -> None:
         return None
 
-    def __getattr__(self, name: str) -> Any:
-        async def accepted(*_: Any, **__: Any) -> None:
-            return None
-        return accepted
+    async def event(self, job: Any, reason: str, message: str, **_: Any) -> None:
+        return None
 
-
-def _queue(name: str, parent: str | None, nominal: int | None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"resources": [] if nominal is None else [{"flavor": "nvidia.com/gpu", "nominal": nominal}]}
-    if parent:
-        spec["parent"] = parent
-    return {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUQueue", "metadata": {"name": name}, "spec": spec}
+    async def event_on(self, involved: Any, reason: str, message: str, **_: Any) -> None:
+        return None
 
 
 def _running_cache(n_jobs: int) -> ClusterCache:
@@ -144,15 +145,12 @@ async def step_cost(n_jobs: int, steps: int) -> dict[str, Any]:
 async def cycle_cost(n_jobs: int, n_waiting: int, cycles: int) -> dict[str, Any]:
     """CPU seconds of one admission cycle over ``n_waiting`` blocked jobs beside ``n_jobs`` Running gangs."""
     cache = _running_cache(n_jobs)
-    cache.upsert_queue(_queue("root", None, None))
-    for leaf in LEAVES:
-        cache.upsert_queue(_queue(leaf, "root", 10**6))
+    for queue in queue_tree(LEAVES, capacity_gpus=len(LEAVES) * 10**6, flavor=GPU, namespace=NAMESPACE):
+        cache.upsert_queue(queue)  # quota for everyone: the waiting jobs wait for GPUs
     for i in range(n_waiting):
-        body = {"apiVersion": "kubegang.io/v1alpha1", "kind": "GPUJob",
-                "metadata": {"name": f"waiting-{i}", "namespace": NAMESPACE, "uid": f"waiting-{i}", "generation": 1,
-                             "creationTimestamp": ADMITTED_AT, "resourceVersion": str(10**6 + i)},
-                "spec": {"queue": LEAVES[i % len(LEAVES)], "replicas": 1, "gpusPerReplica": 8,
-                         "template": {"spec": {"containers": [{"name": "main", "image": "trainer"}]}}}}
+        body = gpujob_manifest(BenchJob(f"waiting-{i}", LEAVES[i % len(LEAVES)], pods=1, gpus_per_pod=8), NAMESPACE)
+        body["metadata"] |= {"uid": f"waiting-{i}", "generation": 1, "creationTimestamp": ADMITTED_AT,
+                             "resourceVersion": str(10**6 + i)}
         assert cache.upsert_job(body) is not None
     quota = QuotaBook(priority_of=cache.priority_of, job_of=cache.job)
     admission = Admission(cache, quota, _FullCluster(), _AcceptingApi(),

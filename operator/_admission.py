@@ -215,14 +215,15 @@ class Admission:
         """Whether the gang of ``uid`` is being created right now (the supervisor leaves it alone)."""
         return uid in self._creating
 
-    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+    def spawn(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` in the background: ``settle`` waits for it, ``abandon`` cancels it."""
         task = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
     def notify(self, job: JobView, reason: str, message: str, *, warning: bool = False) -> None:
         """Record an Event without waiting for it (Events are for humans; decisions do not wait)."""
-        self._spawn(self.kube.event(job, reason, message, warning=warning))
+        self.spawn(self.kube.event(job, reason, message, warning=warning))
 
     def abandon(self) -> None:
         """Cancel every gang creation and Event under way: this replica stops leading (its fence would

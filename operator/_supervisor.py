@@ -293,7 +293,7 @@ class Supervisor:
         if job.pods_created_at:
             patch["podsCreatedAt"] = job.pods_created_at  # assumed at creation, written here
         if "phase" in patch:
-            await self._write(job, patch)
+            self._write_behind(job, patch)
         elif not self._forming(job):
             # A ready count alone decides nothing: report it in the background lane.
             self.cache.assume(job, patch)
@@ -318,7 +318,7 @@ class Supervisor:
         if job.pods_created_at:
             # A gang that finished before a pass saw it Running never had the write that carries it.
             patch["podsCreatedAt"] = job.pods_created_at
-        await self._write(job, patch)
+        self._write_behind(job, patch)
         self.admission.notify(job, decision.reason, decision.message, warning=phase is Phase.FAILED)
 
     async def _requeue(self, job: JobView, decision: Decision) -> None:
@@ -343,3 +343,27 @@ class Supervisor:
         except Exception:
             self.cache.forget(job.uid)
             raise
+
+    def _write_behind(self, job: JobView, patch: dict[str, Any]) -> None:
+        """Assume ``patch`` and write it without holding the pass: for a phase that reports what has
+        happened already (Running; Succeeded or Failed once the gang is torn down), which nothing else of
+        the pass or the next cycle waits for.
+
+        The leader's loop runs the admission cycle and this pass in turn, so every write the pass awaited
+        was a write the next waiting job's admission waited for too: in the short-job sweep a trial starts
+        or ends every few tens of milliseconds, and each new trial waited for the previous trials'
+        Running and Succeeded writes before its own cycle (benchmarks-sweep.md). The write keeps its
+        place in the job's order (``StatusWriter`` takes each job's writes in turn). If it fails, the
+        assumption goes and the loop is woken, so the next pass decides the job again from what the API
+        says, as it would have after an awaited write that failed."""
+        self.cache.assume(job, patch)
+
+        async def confirm() -> None:
+            try:
+                await self.writer.write(job, patch)
+            except Exception as exc:
+                log.warning("writing %s of %s failed (%s); deciding it again", patch.get("phase"), job.key, exc)
+                self.cache.forget(job.uid)
+                self.cache.wake.set()
+
+        self.admission.spawn(confirm())

@@ -26,17 +26,15 @@ ANALYSIS = (
     "the driver only once the operator has written the GPUJob's Succeeded. The step table above "
     "measures each of these from the watches.",
     "",
-    "Where the wait is (the operator's log, instrumented for one quick run: each step's cycle and pass "
-    "times, each trial's GPUJob event and admission): the operator admits a new GPUJob later than its "
-    "own work for a 1-GPU trial takes (`Plan` and `Reserve` are two gRPC round trips). The trial "
-    "waits for the step that is running to end: the supervision "
-    "pass awaits every Running and Succeeded status write it makes, an API round trip each, and in a "
-    "sweep a trial starts or ends every few hundred milliseconds, so new trials wait behind other "
-    "trials' status writes, then the debounce. The rest is writes a plain pod does not need (the Admitted "
-    "and Running status writes; the Succeeded one on the idle side). On a shared 2-core machine every "
-    "write and every wake-up of the operator's loop also waits for CPU, which is why the figures move "
-    "with the load average. docs/decisions.md records the change this suggests (the pass not waiting "
-    "for those writes) and why it is not in yet.",
+    "Where the wait is: the operator admits a new GPUJob later than its own work for a 1-GPU trial "
+    "takes (`Plan` and `Reserve` are two gRPC round trips of a few milliseconds, "
+    "`kubegang_admission_duration_seconds`). The trial waits for the step that is running to end, then "
+    "for the debounce. The supervision pass no longer awaits the Running and Succeeded writes it makes "
+    "(they go behind the loop, assumed at once: docs/decisions.md, \"The supervision pass writes what it "
+    "reports behind the loop\"), so a step is mostly the cycle. The rest is writes a plain pod does not "
+    "need, each an API round trip: the Admitted record before the pod's create, and on the idle side the "
+    "Succeeded write the driver waits for. On a shared 2-core machine every write and every wake-up of "
+    "the operator's loop also waits for CPU, which is why the figures move with the load average.",
     "",
     "What the scaled-down run time does to the ratio: the control plane's latencies stay what they are "
     "while the trials are {factor}× shorter, so the measured ratio is the scaled one; at the seed's 5-minute "

@@ -1,10 +1,10 @@
-"""The topology: from node facts and labels to a validated graph and a compiled index.
+"""The topology: from node facts and labels to a validated tree and a compiled index.
 
 Public API::
 
     NodeInfo, GPUInfo, Taint            what the core knows about a node
     TopologyLabels, PRESETS             which labels name leaf / spine / block (cloud presets)
-    build_graph, validate_graph         the networkx tree, checked (TopologyError)
+    build_graph, validate_graph         the fabric tree, checked (TopologyError)
     compile_index -> TopologyIndex      integer arrays for the hot path
     with_node_facts                     the same index with one node's taints / cordon swapped in
     CapacityIndex                       free GPUs per flavour/level/domain, updated in O(levels)
@@ -23,6 +23,7 @@ from kubegang.topology._graph import (
     CLUSTER_ID,
     UNLABELLED_PREFIX,
     TopologyError,
+    TopologyTree,
     Vertex,
     build_graph,
     domain_chain,
@@ -51,6 +52,7 @@ __all__ = [
     "TopologyError",
     "TopologyIndex",
     "TopologyLabels",
+    "TopologyTree",
     "Vertex",
     "build_graph",
     "compile_index",

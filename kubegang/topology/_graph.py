@@ -1,9 +1,8 @@
-"""The topology graph: GPU -> node -> NVLink domain -> leaf -> spine -> block -> cluster.
+"""The topology tree: GPU -> node -> NVLink domain -> leaf -> spine -> block -> cluster.
 
-networkx is used where clarity matters more than speed: building the tree from node labels,
-checking it (a node in two leaves, a leaf under two spines, a GPU reported by two nodes, cycles)
-and letting humans and tests inspect it. The placement hot path never walks this graph; it uses
-the index compiled from it (``_index.py``).
+Built from node labels and checked (a node in two leaves, a leaf under two spines, a GPU reported by
+two nodes, cycles), with errors that name the domains involved. The placement hot path never walks
+this tree; it uses the index compiled from it (``_index.py``).
 
 Vertices are ``(Level, domain id)`` pairs and edges point from a domain to what it contains, so the
 same label value may appear at two levels without clashing. Every vertex but the cluster root has
@@ -13,14 +12,19 @@ A node without a label for a level forms its own singleton domain there, named `
 the domain just below (``~node-7`` for an unlabelled leaf above an unlabelled NVLink domain of
 ``node-7``). Unknown wiring is treated as "shares nothing": a gang that requires one leaf can never
 be spread over unlabelled nodes, which is the safe reading for a job that asked for locality.
+
+Why plain dictionaries and not a graph library: the tree is built and checked once per topology change
+and then only its compiled index is read. networkx, which this module used before, cost every process
+that places (the extender, both operator replicas) about 20 MiB of memory for its import alone, and a
+graph of every GPU (about 10,000 vertices on 1,024 nodes of 8 GPUs) kept alive in the index for
+nothing; one parent per vertex is all a strict tree needs.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
-
-import networkx as nx
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from kubegang.levels import Level
 from kubegang.topology._labels import TopologyLabels
@@ -54,66 +58,84 @@ def domain_chain(node: NodeInfo, labels: TopologyLabels) -> list[Vertex]:
     return chain
 
 
-def build_graph(nodes: Iterable[NodeInfo], labels: TopologyLabels | None = None) -> nx.DiGraph:
+@dataclass(frozen=True)
+class TopologyTree:
+    """A validated topology: each vertex's parent, and the nodes' facts by name."""
+
+    parents: Mapping[Vertex, Vertex] = field(default_factory=dict)
+    """Every vertex but the cluster root -> the domain one level wider that holds it."""
+    nodes: Mapping[str, NodeInfo] = field(default_factory=dict)
+    """Node name -> what is known of it."""
+
+    def parent(self, vertex: Vertex) -> Vertex | None:
+        """The domain that holds ``vertex`` (None for the cluster root or a vertex not in the tree)."""
+        return self.parents.get(vertex)
+
+    def has_edge(self, parent: Vertex, child: Vertex) -> bool:
+        """Whether ``parent`` holds ``child`` directly."""
+        return self.parents.get(child) == parent
+
+
+def build_graph(nodes: Iterable[NodeInfo], labels: TopologyLabels | None = None) -> TopologyTree:
     """Build and validate the topology tree; TopologyError names the first inconsistency."""
     labels = labels or TopologyLabels()
-    graph = nx.DiGraph()
-    graph.add_node((Level.CLUSTER, CLUSTER_ID), level=Level.CLUSTER)
+    parents: dict[Vertex, Vertex] = {}
+    infos: dict[str, NodeInfo] = {}
     gpu_owner: dict[str, str] = {}
     for node in nodes:
-        if graph.has_node((Level.NODE, node.name)):
+        if node.name in infos:
             raise TopologyError(f"node {node.name!r} is listed twice")
+        infos[node.name] = node
         chain = domain_chain(node, labels)
         for child, parent in itertools.pairwise(chain):
-            _link(graph, parent, child)
-        graph.nodes[(Level.NODE, node.name)]["info"] = node
+            _link(parents, parent, child)
         for gpu in node.gpus:
             if gpu.uuid:
                 other = gpu_owner.setdefault(gpu.uuid, node.name)
                 if other != node.name:
                     raise TopologyError(
                         f"GPU {gpu.uuid} is reported by two nodes: {other!r} and {node.name!r}")
-            _link(graph, (Level.NODE, node.name), (Level.GPU, f"{node.name}/{gpu.index}"))
-    validate_graph(graph)
-    return graph
+            _link(parents, (Level.NODE, node.name), (Level.GPU, f"{node.name}/{gpu.index}"))
+    validate_graph(((parent, child) for child, parent in parents.items()), vertices=[(Level.CLUSTER, CLUSTER_ID)])
+    return TopologyTree(parents, infos)
 
 
-def _link(graph: nx.DiGraph, parent: Vertex, child: Vertex) -> None:
-    if graph.has_node(child):
-        parents = list(graph.predecessors(child))
-        if parents and parents[0] != parent:
-            raise TopologyError(
-                f"{child[0].label} {child[1]!r} is in two {_plural(parent[0])}: "
-                f"{parents[0][1]!r} and {parent[1]!r}"
-            )
-    graph.add_node(parent, level=parent[0])
-    graph.add_node(child, level=child[0])
-    graph.add_edge(parent, child)
+def _link(parents: dict[Vertex, Vertex], parent: Vertex, child: Vertex) -> None:
+    known = parents.setdefault(child, parent)
+    if known != parent:
+        raise TopologyError(
+            f"{child[0].label} {child[1]!r} is in two {_plural(parent[0])}: {known[1]!r} and {parent[1]!r}")
 
 
-def validate_graph(graph: nx.DiGraph) -> None:
-    """Check that ``graph`` is a strict level tree under one cluster root; TopologyError if not.
+def validate_graph(edges: Iterable[tuple[Vertex, Vertex]], *, vertices: Iterable[Vertex] = ()) -> None:
+    """Check that the ``(parent, child)`` edges (plus any lone ``vertices``) form a strict level tree
+    under one cluster root; TopologyError if not.
 
-    Accepts graphs built by hand as well as by ``build_graph``: every vertex is ``(Level, id)``,
-    every edge goes from a domain to a member exactly one level narrower, nothing has two parents,
-    there is no cycle and there is exactly one root, at the cluster level.
+    Accepts trees built by hand as well as by ``build_graph``: every vertex is ``(Level, id)``, every
+    edge goes from a domain to a member exactly one level narrower, nothing has two parents, there is
+    no cycle and there is exactly one root, at the cluster level.
     """
-    if not nx.is_directed_acyclic_graph(graph):
-        cycle = nx.find_cycle(graph)
-        path = " -> ".join(f"{u[1]}" for u, _ in cycle)
-        raise TopologyError(f"topology has a cycle: {path}")
-    roots = [v for v in graph.nodes if graph.in_degree(v) == 0]
-    for vertex in graph.nodes:
+    parents_of: dict[Vertex, list[Vertex]] = {}
+    order: dict[Vertex, None] = dict.fromkeys(vertices)
+    for parent, child in edges:
+        order.setdefault(parent)
+        order.setdefault(child)
+        parents_of.setdefault(child, []).append(parent)
+    cycle = _cycle(parents_of)
+    if cycle:
+        raise TopologyError(f"topology has a cycle: {' -> '.join(v[1] for v in cycle)}")
+    for vertex in order:
         if not (isinstance(vertex, tuple) and len(vertex) == 2 and isinstance(vertex[0], Level)):
             raise TopologyError(f"graph vertex {vertex!r} is not a (Level, id) pair")
+    roots = [v for v in order if not parents_of.get(v)]
     bad_roots = [r for r in roots if r[0] is not Level.CLUSTER]
     if bad_roots:
         r = bad_roots[0]
         raise TopologyError(f"{r[0].label} {r[1]!r} has no parent (only the cluster may be a root)")
     if len(roots) != 1:
         raise TopologyError(f"topology must have exactly one cluster root, found {len(roots)}")
-    for child in graph.nodes:
-        parents = list(graph.predecessors(child))
+    for child in order:
+        parents = parents_of.get(child, [])
         if len(parents) > 1:
             names = ", ".join(repr(p[1]) for p in parents)
             raise TopologyError(
@@ -125,6 +147,35 @@ def validate_graph(graph: nx.DiGraph) -> None:
                 f"{p[0].label} {p[1]!r} contains {child[0].label} {child[1]!r}; "
                 f"a {p[0].label} may only contain {allowed}"
             )
+
+
+def _cycle(parents_of: Mapping[Vertex, list[Vertex]]) -> list[Vertex]:
+    """A cycle of the child -> parent relation, as the vertices along it (empty if none)."""
+    done: set[Vertex] = set()
+    for start in parents_of:
+        if start in done:
+            continue
+        path: list[Vertex] = []
+        on_path: dict[Vertex, int] = {}
+        stack: list[tuple[Vertex, int]] = [(start, 0)]
+        while stack:
+            vertex, i = stack.pop()
+            if i == 0:
+                if vertex in on_path:
+                    return [*path[on_path[vertex]:], vertex]
+                if vertex in done:
+                    continue
+                on_path[vertex] = len(path)
+                path.append(vertex)
+            ups = parents_of.get(vertex, [])
+            if i < len(ups):
+                stack.append((vertex, i + 1))
+                stack.append((ups[i], 0))
+            else:
+                path.pop()
+                del on_path[vertex]
+                done.add(vertex)
+    return []
 
 
 def _plural(level: Level) -> str:

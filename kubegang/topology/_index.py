@@ -18,8 +18,6 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import networkx as nx
-
 from kubegang.levels import Level
 from kubegang.topology._graph import build_graph, domain_chain
 from kubegang.topology._labels import TopologyLabels
@@ -50,7 +48,6 @@ class TopologyIndex:
     """Domains with two or more children, per level (at the node level: every node)."""
     max_gpus_per_node: int
     labels: TopologyLabels
-    graph: nx.DiGraph
 
     @property
     def node_count(self) -> int:
@@ -71,7 +68,7 @@ def compile_index(nodes: Iterable[NodeInfo], labels: TopologyLabels | None = Non
     """Validate the topology (``build_graph``) and compile it; TopologyError if inconsistent."""
     labels = labels or TopologyLabels()
     node_list = tuple(sorted(nodes, key=lambda n: n.name))
-    graph = build_graph(node_list, labels)
+    build_graph(node_list, labels)  # validates: the tree itself is not kept, its index is
     levels = len(Level)
     names: list[list[str]] = [[] for _ in range(levels)]
     number: list[dict[str, int]] = [{} for _ in range(levels)]
@@ -113,7 +110,6 @@ def compile_index(nodes: Iterable[NodeInfo], labels: TopologyLabels | None = Non
         proper=tuple(proper),
         max_gpus_per_node=max((len(n.gpus) for n in node_list), default=0),
         labels=labels,
-        graph=graph,
     )
 
 
@@ -122,7 +118,7 @@ def with_node_facts(index: TopologyIndex, node: NodeInfo) -> TopologyIndex | Non
 
     Taints and cordons come and go (a node whose heartbeats are late is tainted and untainted again
     by kube-controller-manager) without changing the fabric, the GPUs or the domains; only the static
-    checks read them, from ``nodes``. Compiling the index again costs O(nodes) in a graph library per
+    checks read them, from ``nodes``. Compiling the index again costs O(nodes + GPUs) per
     change, which under such flapping was most of the extender's CPU on 1,024 nodes. None also when
     the node is not in ``index`` or was compiled differently (degraded), so the caller compiles.
     """

@@ -16,6 +16,7 @@ The workload generator is described in bench/e2e/_workload.py.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -70,11 +71,31 @@ def code() -> dict[str, Any]:
     if not package.is_relative_to(REPO):
         raise RuntimeError(f"this interpreter imports kubegang from {package}, not from this checkout ({REPO}): "
                            f"the processes would run that code; run with PYTHONPATH={REPO}")
-    git = ["git", "-C", str(REPO)]
+    return {"kubegang_package": str(package), **git_state(REPO)}
+
+
+def git_state(repo: Path) -> dict[str, Any]:
+    """``repo``'s commit, whether tracked files differ from it, and a digest of that difference (so an
+    edit to a tree that was already dirty is seen too)."""
+    git = ["git", "-C", str(repo)]
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True).stdout.strip()
-    return {"kubegang_package": str(package), "commit": head, "uncommitted_changes": bool(dirty)}
+    diff = subprocess.run([*git, "diff", "HEAD"], capture_output=True).stdout
+    return {"commit": head, "uncommitted_changes": bool(diff),
+            "uncommitted_digest": hashlib.sha1(diff).hexdigest() if diff else None}
+
+
+def check_code_unchanged(out: dict[str, Any], half: str) -> None:
+    """Record in ``out`` if the checkout changed between the run's start and ``half``'s processes starting.
+
+    kubegang's processes start with their half, minutes after ``code()`` was recorded, and import the
+    checkout as it is then: an edit made meanwhile runs, unnamed, under the start's commit. That
+    happened once (a full-size page run of the 33rd session, whose kubegang half ran an uncommitted
+    change), so the results now say so and the run warns."""
+    now = code()
+    if now != out["code"]:
+        out.setdefault("code_changed_before", {})[half] = now
+        print(f"[bench] warning: the checkout changed since this run began ({out['code']} -> {now}); the {half} "
+              "half runs the changed code, and the results record both", file=sys.stderr)
 
 
 def kubectl_path() -> str:
@@ -241,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         if "kubegang" in args.only:
             print("[bench] kubegang: hack/cluster kubegang up", file=sys.stderr)
             out["kubegang_up_s"] = hack(cluster_dir, "kubegang", "up", "--operators", str(args.operators))
+            check_code_unchanged(out, "kubegang")
             if args.idle > 0:
                 out["kubegang_idle"] = harness.idle(target, args.idle)
             out["gc_settle_s"] = harness.settle_garbage_collector(target)

@@ -31,7 +31,7 @@ from bench.e2e import _harness as harness
 from bench.e2e import _sweep_report as report
 from bench.e2e import _sweep_workload as workload
 from bench.e2e._sweep_halves import delete_queues, run_half
-from bench.e2e.run import HACK, REPO, code, hack, kubectl_path, machine, running, versions
+from bench.e2e.run import HACK, REPO, check_code_unchanged, code, hack, kubectl_path, machine, running, versions
 
 RESULTS = Path(__file__).resolve().parent / "results-sweep.json"
 DOC = REPO / "docs" / "benchmarks-sweep.md"
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "kubegang"):
             print("[sweep] kubegang: hack/cluster kubegang up", file=sys.stderr)
             out["kubegang_up_s"] = hack(cluster_dir, "kubegang", "up", "--operators", str(args.operators))
+            check_code_unchanged(out, "kubegang")
             out["gc_settle_s"] = harness.settle_garbage_collector(target)
             ns = f"sweep-kubegang-{stamp}"
             print("[sweep] kubegang: the sweep as 1-replica GPUJobs", file=sys.stderr)

@@ -44,9 +44,13 @@ async def _pass(w: Any) -> None:
     await asyncio.wait_for(w.supervisor.run_pass(), timeout=1)
 
 
-def _world(make_world: Any) -> Any:
+async def _admitted(make_world: Any, job_body: Any, name: str) -> Any:
+    """A world whose API holds every Running write, with the one-pod job ``name`` admitted and created."""
     w = make_world({"team-a": 32}, NODES)
     w.kube = w.admission.kube = w.supervisor.kube = w.admission.writer.kube = HeldKube()
+    w.kube.held = {"Running"}
+    w.submit(job_body(name, replicas=1, gpus=8))
+    await w.cycle()
     return w
 
 
@@ -59,10 +63,7 @@ def _phase(w: Any, name: str) -> str:
 
 async def test_the_pass_returns_while_its_running_write_is_held_and_the_next_cycle_admits(
         make_world: Any, job_body: Any) -> None:
-    w = _world(make_world)
-    w.kube.held = {"Running"}
-    w.submit(job_body("first", replicas=1, gpus=8))
-    await w.cycle()
+    w = await _admitted(make_world, job_body, "first")
     w.echo_pods()
     await _pass(w)
     await asyncio.sleep(0)
@@ -83,10 +84,7 @@ async def test_the_pass_returns_while_its_running_write_is_held_and_the_next_cyc
 
 
 async def test_a_finish_is_written_after_the_running_write_still_under_way(make_world: Any, job_body: Any) -> None:
-    w = _world(make_world)
-    w.kube.held = {"Running"}
-    w.submit(job_body("trial", replicas=1, gpus=8))
-    await w.cycle()
+    w = await _admitted(make_world, job_body, "trial")
     w.echo_pods()
     await _pass(w)
     w.echo_pods(phase="Succeeded")
@@ -100,11 +98,8 @@ async def test_a_finish_is_written_after_the_running_write_still_under_way(make_
 
 
 async def test_a_failed_write_is_decided_and_written_again(make_world: Any, job_body: Any) -> None:
-    w = _world(make_world)
-    w.kube.held = {"Running"}
+    w = await _admitted(make_world, job_body, "flaky")
     w.kube.fail = 1
-    w.submit(job_body("flaky", replicas=1, gpus=8))
-    await w.cycle()
     w.submit(job_body("flaky", replicas=1, gpus=8, status=w.last_status("team-a/flaky")))  # the watch's echo
     w.echo_pods()
     await _pass(w)
